@@ -1,0 +1,105 @@
+"""The engine seam: the only way methods reach a model.
+
+A method hands the engine token ids and gets token ids and logprobs back; it builds `Row`s with
+advantages and loss masks and asks for an update. The engine never knows which method runs.
+
+Two weight sets exist behind the seam, as in verl (FSDP actor + vLLM rollout): the *training*
+weights, changed by `update`, and the *inference* weights that `sample` uses. `sync()` copies
+training -> inference and bumps `weight_version`. A method that wants on-policy sampling syncs
+before it samples; one that lets the inference weights lag sees it in the measured ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_at_tool_call: bool = True  # stop after the `</tool_call>` close tag
+    logprob_top_k: int = 0          # >0: also return the top-k logprobs of the first tokens (ARPO's entropy)
+    entropy_tokens: int = 0         # >0: return the mean normalized entropy of the first N sampled tokens
+
+
+@dataclass
+class Completion:
+    ids: list[int]                  # sampled tokens, the stop token included
+    logprobs: list[float]           # log pi_inference(token | context, previous tokens) at sampling time (temperature-scaled)
+    stop_reason: str                # "eos" | "tool_call" | "length"
+    weight_version: int = 0         # inference weights that produced it
+    entropy: float | None = None    # mean normalized entropy H/log|V| of the first `entropy_tokens` tokens
+
+
+@dataclass
+class Row:
+    """One training row: the response is trained under exactly `prompt_ids`.
+
+    RTPO: prompt = c_k, response = the turn-k sibling action, mask all ones.
+    GRPO: prompt = the initial context, response = the flattened trajectory (actions + observations),
+          mask = 1 on action tokens, 0 on observation/closing tokens.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]       # per response token; the rollout-time logprobs (ignored where mask == 0)
+    advantages: list[float]         # per response token
+    mask: list[int]                 # 1 = token receives gradient
+    group: str = ""                 # for bookkeeping only (sibling group / prompt uid)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        for name in ("old_logprobs", "advantages", "mask"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Row.{name} has {len(getattr(self, name))} entries, response has {n} tokens")
+
+
+@dataclass
+class UpdateConfig:
+    lr: float = 1e-4
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip_c: float = 3.0
+    kl_coef: float = 0.0            # low-variance KL to the frozen reference model (0 = off)
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.01
+    epochs: int = 1                 # passes over the rows
+    mini_batches: int = 1           # optimizer steps per pass
+    micro_batch_tokens: int = 8192  # gradient accumulation bound on padded tokens per forward
+
+
+@dataclass
+class UpdateStats:
+    loss: float
+    ratio_mean: float               # mean exp(logp_train - logp_rollout) over trained tokens, before any step
+    kl_rollout_train: float         # k3 KL(rollout || train) over trained tokens, before any step
+    clip_frac: float
+    kl_ref: float
+    grad_norm: float
+    trained_tokens: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class PolicyEngine(Protocol):
+    tokenizer: Any
+    weight_version: int             # version of the inference weights (bumped by sync)
+    train_version: int              # number of optimizer steps taken on the training weights
+    max_context: int                # prompt + response tokens the model accepts
+
+    def sample(self, contexts: list[list[int]], params: SamplingParams,
+               seeds: list[int] | None = None) -> list[Completion]: ...
+
+    def logprobs(self, contexts: list[list[int]], completions: list[list[int]],
+                 temperature: float = 1.0) -> list[list[float]]: ...
+
+    def update(self, rows: list[Row], cfg: UpdateConfig) -> UpdateStats: ...
+
+    def sync(self) -> None: ...
+
+    def save(self, path: str) -> None: ...
+
+    def load(self, path: str) -> None: ...

@@ -1,0 +1,393 @@
+"""LocalEngine: the PolicyEngine on torch + transformers, for a CPU or one GPU.
+
+Holds three copies of the model:
+  model          training weights (AdamW updates them)
+  rollout_model  inference weights (`sample` uses them; `sync()` copies model -> rollout_model)
+  ref_model      frozen initial weights for the low-variance KL penalty (only when kl is wanted)
+
+Sampling is batched over many contexts with a KV cache and left padding; rows that finish are
+dropped from the batch (cache rows included). Every sampled token's logprob is recorded from the
+same temperature-scaled distribution it was drawn from, so `logprobs()` on the same context and
+weights reproduces it (to ~1e-6 in fp32) — the reference point of the rollout-training ratio.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rtpo import loss as L
+from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats
+
+TOOL_CLOSE = "</tool_call>"
+
+
+def build_tiny_qwen3(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
+                     num_kv_heads: int = 2, intermediate_size: int = 768, max_position: int = 2048,
+                     seed: int = 0) -> torch.nn.Module:
+    """A randomly initialised Qwen3ForCausalLM sized for a CPU (the embedded default)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_heads {num_heads}")
+    cfg = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        head_dim=hidden_size // num_heads, intermediate_size=intermediate_size,
+        max_position_embeddings=max_position, tie_word_embeddings=True, rope_theta=10000.0,
+        bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg)
+    model.config.use_cache = True
+    return model
+
+
+def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
+    """Load any Hugging Face causal-LM directory (weights + tokenizer), offline."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a Hugging Face model directory (no config.json)")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return model, tok
+
+
+def _sample_row(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> int:
+    """Draw one token from a row of logprobs (V,), with nucleus filtering when top_p < 1."""
+    probs = logp.exp()
+    if top_p < 1.0:
+        sp, si = probs.sort(descending=True)
+        keep = (sp.cumsum(0) - sp) < top_p  # smallest prefix whose mass reaches top_p
+        sp = sp * keep
+        return int(si[torch.multinomial(sp / sp.sum(), 1, generator=gen)])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+class LocalEngine:
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, *, seed: int = 0,
+                 reference: bool = True, autocast_bf16: bool = False,
+                 sample_batch: int = 64, max_context: int | None = None) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ValueError("tokenizer has no pad token")
+        self.tokenizer = tokenizer
+        self.model = model.float()
+        self.model.config.use_cache = True
+        self.rollout_model = copy.deepcopy(self.model).eval()
+        self.ref_model = copy.deepcopy(self.model).eval() if reference else None
+        for m in (self.rollout_model, self.ref_model):
+            if m is not None:
+                m.requires_grad_(False)
+        self.max_context = int(max_context or model.config.max_position_embeddings)
+        self.autocast_bf16 = autocast_bf16
+        self.sample_batch = sample_batch
+        self.pad_id = int(tokenizer.pad_token_id)
+        self.eos_ids = self._stop_ids(tokenizer)
+        tool_id = tokenizer.convert_tokens_to_ids(TOOL_CLOSE) if TOOL_CLOSE in tokenizer.get_vocab() else None
+        self.tool_close_id = tool_id
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01)
+        self.weight_version = 0
+        self.train_version = 0
+        self.seed_gen = random.Random(seed)  # draws per-request seeds when the caller gives none
+        torch.manual_seed(seed)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_pretrained(cls, model_dir: str | os.PathLike, **kw: Any) -> "LocalEngine":
+        model, tok = load_hf_model(model_dir)
+        return cls(model, tok, **kw)
+
+    @staticmethod
+    def _stop_ids(tok: Any) -> set[int]:
+        ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        vocab = tok.get_vocab()
+        if "<|im_end|>" in vocab:
+            ids.add(vocab["<|im_end|>"])
+        if not ids:
+            raise ValueError("tokenizer defines no EOS / <|im_end|> token")
+        return ids
+
+    def _autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16)
+
+    def _check_contexts(self, contexts: list[list[int]]) -> None:
+        if not contexts:
+            raise ValueError("empty batch: no contexts given")
+        for i, c in enumerate(contexts):
+            if len(c) == 0:
+                raise ValueError(f"context {i} is empty")
+            if len(c) >= self.max_context:
+                raise ValueError(f"context {i} has {len(c)} tokens; the model accepts at most "
+                                 f"{self.max_context} (prompt + response)")
+
+    # ------------------------------------------------------------------ sampling
+    @torch.no_grad()
+    def sample(self, contexts: list[list[int]], params: SamplingParams,
+               seeds: list[int] | None = None) -> list[Completion]:
+        """Sample one completion per context with the *inference* weights.
+
+        seeds: one per context (same seed + same batch -> same sample); drawn from the engine's
+        seed stream when None.
+        """
+        self._check_contexts(contexts)
+        if seeds is None:
+            seeds = [self.seed_gen.randrange(2**62) for _ in contexts]
+        if len(seeds) != len(contexts):
+            raise ValueError(f"{len(seeds)} seeds for {len(contexts)} contexts")
+        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+        out: list[Completion | None] = [None] * len(contexts)
+        for s in range(0, len(order), self.sample_batch):
+            idx = order[s:s + self.sample_batch]
+            for i, comp in zip(idx, self._sample_chunk([contexts[i] for i in idx], params, [seeds[i] for i in idx])):
+                out[i] = comp
+        return out  # type: ignore[return-value]
+
+    def _sample_chunk(self, contexts: list[list[int]], p: SamplingParams, seeds: list[int]) -> list[Completion]:
+        model = self.rollout_model
+        B, Lmax = len(contexts), max(len(c) for c in contexts)
+        ids = torch.full((B, Lmax), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, Lmax), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, Lmax - len(c):] = torch.tensor(c)
+            attn[i, Lmax - len(c):] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        budget = [min(p.max_new_tokens, self.max_context - len(c)) for c in contexts]
+        toks: list[list[int]] = [[] for _ in range(B)]
+        lps: list[list[float]] = [[] for _ in range(B)]
+        ents: list[list[float]] = [[] for _ in range(B)]
+        reasons = ["length"] * B
+        stop_ids = set(self.eos_ids)
+        log_v = float(np.log(model.config.vocab_size))
+
+        with self._autocast():
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        active = list(range(B))          # chunk rows still generating, in cache-row order
+        cur_pos = pos[:, -1].clone()
+        while active:
+            logits = logits.float()
+            greedy = p.temperature <= 0
+            logp = torch.log_softmax(logits if greedy else logits / p.temperature, dim=-1)
+            nxt, keep = [], []
+            for j, r in enumerate(active):
+                if p.entropy_tokens and len(toks[r]) < p.entropy_tokens:
+                    ents[r].append(float(-(logp[j].exp() * logp[j]).sum()) / log_v)
+                t = int(logp[j].argmax()) if greedy else _sample_row(logp[j], p.top_p, gens[r])
+                toks[r].append(t)
+                lps[r].append(float(logp[j, t]))
+                if t in stop_ids:
+                    reasons[r] = "eos"
+                elif p.stop_at_tool_call and t == self.tool_close_id:
+                    reasons[r] = "tool_call"
+                elif len(toks[r]) < budget[r]:
+                    keep.append(j)
+                    nxt.append(t)
+            if not keep:
+                break
+            if len(keep) < len(active):
+                sel = torch.tensor(keep)
+                cache.batch_select_indices(sel)
+                attn, cur_pos = attn[sel], cur_pos[sel]
+                active = [active[j] for j in keep]
+            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+            cur_pos = cur_pos + 1
+            with self._autocast():
+                out = model(input_ids=torch.tensor(nxt)[:, None], attention_mask=attn,
+                            position_ids=cur_pos[:, None], past_key_values=cache, use_cache=True)
+            cache, logits = out.past_key_values, out.logits[:, -1, :]
+        return [Completion(ids=toks[i], logprobs=lps[i], stop_reason=reasons[i], weight_version=self.weight_version,
+                           entropy=(float(np.mean(ents[i])) if ents[i] else None)) for i in range(B)]
+
+    # ------------------------------------------------------------------ scoring
+    def _micro_batches(self, lengths: list[int], max_tokens: int) -> list[list[int]]:
+        """Group row indices (sorted by length) so that rows x longest <= max_tokens."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches, cur, longest = [], [], 0
+        for i in order:
+            longest_new = max(longest, lengths[i])
+            if cur and longest_new * (len(cur) + 1) > max_tokens:
+                batches.append(cur)
+                cur, longest_new = [], lengths[i]
+            cur.append(i)
+            longest = longest_new
+        if cur:
+            batches.append(cur)
+        return batches
+
+    def _forward_logprobs(self, model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
+                          temperature: float, with_entropy: bool = False):
+        """Right-padded forward; returns (logp (B, T), mask (B, T), entropy (B, T)|None) over response tokens."""
+        B = len(prompts)
+        lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        Lmax, Tmax = max(lens), max(len(r) for r in responses)
+        ids = torch.full((B, Lmax), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, Lmax), dtype=torch.long)
+        gather_pos = torch.zeros((B, Tmax), dtype=torch.long)
+        tgt = torch.full((B, Tmax), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((B, Tmax))
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            ids[i, :lens[i]] = torch.tensor(p + r)
+            attn[i, :lens[i]] = 1
+            gather_pos[i, :len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
+            tgt[i, :len(r)] = torch.tensor(r)
+            mask[i, :len(r)] = 1.0
+        with self._autocast():
+            logits = model(input_ids=ids, attention_mask=attn).logits
+        logits = logits.float().gather(1, gather_pos[:, :, None].expand(-1, -1, logits.shape[-1]))
+        if temperature > 0:
+            logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logp = logp_all.gather(-1, tgt[:, :, None]).squeeze(-1)
+        ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+        return logp, mask, ent
+
+    @torch.no_grad()
+    def logprobs(self, contexts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
+                 weights: str = "train", max_tokens: int = 8192) -> list[list[float]]:
+        """Recompute per-token logprobs of `completions` given `contexts` (weights: "train" | "inference")."""
+        self._check_contexts(contexts)
+        if len(completions) != len(contexts):
+            raise ValueError(f"{len(completions)} completions for {len(contexts)} contexts")
+        model = self.model if weights == "train" else self.rollout_model
+        was_training = model.training
+        model.eval()
+        out: list[list[float]] = [[] for _ in contexts]
+        lens = [len(c) + len(r) for c, r in zip(contexts, completions)]
+        for mb in self._micro_batches(lens, max_tokens):
+            mb = [i for i in mb if completions[i]]
+            if not mb:
+                continue
+            logp, _, _ = self._forward_logprobs(model, [contexts[i] for i in mb], [completions[i] for i in mb], temperature)
+            for j, i in enumerate(mb):
+                out[i] = logp[j, :len(completions[i])].tolist()
+        model.train(was_training)
+        return out
+
+    # ------------------------------------------------------------------ training
+    def update(self, rows: list[Row], cfg: UpdateConfig, temperature: float = 1.0) -> UpdateStats:
+        """PPO update of the training weights on the masked tokens of `rows`.
+
+        Loss per mini-batch (verl conventions): token-mean over all trained tokens of the
+        mini-batch of the dual-clipped surrogate, + kl_coef * token-mean low_var_kl(pi, ref),
+        - entropy_coef * token-mean entropy. Micro-batches accumulate gradients so that memory
+        stays bounded by cfg.micro_batch_tokens.
+        """
+        rows = [r for r in rows if sum(r.mask) > 0]
+        if not rows:
+            return UpdateStats(0.0, float("nan"), float("nan"), 0.0, 0.0, 0.0, 0)
+        for g in self.optimizer.param_groups:
+            g["lr"], g["weight_decay"] = cfg.lr, cfg.weight_decay
+        if cfg.kl_coef > 0 and self.ref_model is None:
+            raise ValueError("kl_coef > 0 needs the engine built with reference=True")
+        self._check_contexts([r.prompt_ids + r.response_ids[:-1] or r.prompt_ids for r in rows])
+
+        # The rollout-training consistency measured before any optimizer step (paper Fig. 3).
+        pre = self.logprobs([r.prompt_ids for r in rows], [r.response_ids for r in rows], temperature,
+                            max_tokens=cfg.micro_batch_tokens)
+        num = den = kl_num = 0.0
+        for r, lp in zip(rows, pre):
+            m = torch.tensor(r.mask, dtype=torch.float)
+            new, old = torch.tensor(lp), torch.tensor(r.old_logprobs)
+            num += float((torch.exp(new - old) * m).sum())
+            kl_num += float((L.kl_rollout_train(old, new) * m).sum())
+            den += float(m.sum())
+
+        self.model.train()
+        n_mb = max(1, min(cfg.mini_batches, len(rows)))
+        losses, clips, kls, norms = [], [], [], []
+        for _ in range(cfg.epochs):
+            for mb_rows in np.array_split(np.arange(len(rows)), n_mb):
+                mb_rows = [rows[i] for i in mb_rows]
+                n_tok = float(sum(sum(r.mask) for r in mb_rows))
+                self.optimizer.zero_grad(set_to_none=True)
+                lens = [len(r.prompt_ids) + len(r.response_ids) for r in mb_rows]
+                tot_loss = tot_clip = tot_kl = 0.0
+                for micro in self._micro_batches(lens, cfg.micro_batch_tokens):
+                    mr = [mb_rows[i] for i in micro]
+                    logp, pad_mask, ent = self._forward_logprobs(
+                        self.model, [r.prompt_ids for r in mr], [r.response_ids for r in mr], temperature,
+                        with_entropy=cfg.entropy_coef > 0)
+                    T = logp.shape[1]
+                    pad = lambda xs, v=0.0: torch.tensor([x + [v] * (T - len(x)) for x in xs], dtype=torch.float)
+                    mask = pad([list(map(float, r.mask)) for r in mr]) * pad_mask
+                    old = pad([r.old_logprobs for r in mr])
+                    adv = pad([r.advantages for r in mr])
+                    pg, clipped = L.ppo_clip_loss(logp, old, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip_c)
+                    loss = L.masked_sum(pg, mask) / n_tok
+                    tot_clip += float(L.masked_sum(clipped.float(), mask))
+                    if cfg.kl_coef > 0:
+                        with torch.no_grad():
+                            ref, _, _ = self._forward_logprobs(self.ref_model, [r.prompt_ids for r in mr],
+                                                               [r.response_ids for r in mr], temperature)
+                        kl = L.low_var_kl(logp, ref)
+                        loss = loss + cfg.kl_coef * L.masked_sum(kl, mask) / n_tok
+                        tot_kl += float(L.masked_sum(kl.detach(), mask))
+                    if cfg.entropy_coef > 0:
+                        loss = loss - cfg.entropy_coef * L.masked_sum(ent, mask) / n_tok
+                    loss.backward()
+                    tot_loss += float(loss.detach())
+                gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                if torch.isfinite(gn):
+                    self.optimizer.step()
+                self.train_version += 1
+                losses.append(tot_loss); clips.append(tot_clip / n_tok); kls.append(tot_kl / n_tok); norms.append(float(gn))
+        return UpdateStats(loss=float(np.mean(losses)), ratio_mean=num / den, kl_rollout_train=kl_num / den,
+                           clip_frac=float(np.mean(clips)), kl_ref=float(np.mean(kls)), grad_norm=float(np.mean(norms)),
+                           trained_tokens=int(den))
+
+    def sync(self) -> None:
+        """Copy the training weights into the inference model (the weight-sync of verl/vLLM)."""
+        self.rollout_model.load_state_dict(self.model.state_dict())
+        self.weight_version += 1
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "rollout_model": self.rollout_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "weight_version": self.weight_version,
+            "train_version": self.train_version,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+                    "seed_gen": self.seed_gen.getstate()},
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Atomically write weights (train + inference), optimizer, RNG states and counters."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tmp = path / "engine.pt.tmp"
+        torch.save(self.state(), tmp)
+        os.replace(tmp, path / "engine.pt")
+
+    def load(self, path: str | os.PathLike) -> None:
+        f = Path(path) / "engine.pt"
+        if not f.exists():
+            raise FileNotFoundError(f"no engine checkpoint at {f}")
+        st = torch.load(f, weights_only=False)
+        self.model.load_state_dict(st["model"])
+        self.rollout_model.load_state_dict(st["rollout_model"])
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.weight_version, self.train_version = st["weight_version"], st["train_version"]
+        torch.set_rng_state(st["rng"]["torch"])
+        random.setstate(st["rng"]["python"])
+        np.random.set_state(st["rng"]["numpy"])
+        self.seed_gen.setstate(st["rng"]["seed_gen"])
+
+    def export(self, path: str | os.PathLike) -> None:
+        """Write the training weights as a Hugging Face model directory (with the tokenizer)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

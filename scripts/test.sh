@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# README command 2: the whole test suite (slow tests included) in ./.venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_venv.sh
+export PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled HF_HUB_OFFLINE=1
+exec .venv/bin/python -m pytest -q "$@"
