@@ -1,0 +1,144 @@
+"""The per-step instrumentation every method logs (schema in docs/ARCHITECTURE.md).
+
+Token-weighted accumulators for the rollout-training ratio and KL, generated tokens by kind,
+trunk (first-pass trajectory) statistics, and a JSONL writer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rtpo.engine.base import UpdateStats
+from rtpo.rollout import Trajectory
+
+SUCCESS_THRESHOLD = 0.999
+
+
+def is_success(t: Trajectory) -> bool:
+    return t.reward >= SUCCESS_THRESHOLD
+
+
+class StepLog:
+    """Collects one training step's record."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, int] = defaultdict(int)
+        self.time: dict[str, float] = defaultdict(float)
+        self.turns: list[dict[str, Any]] = []
+        self.tool_calls = self.tool_errors = self.syncs = self.rollouts = 0
+        self._ratio_num = self._kl_num = self._tok = 0.0
+        self._rows = self._zero_rows = 0
+        self.losses: list[float] = []
+        self.grad_norms: list[float] = []
+
+    @contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.time[name] += time.perf_counter() - t0
+
+    def add_trajectories(self, trajs: list[Trajectory], first_kind_override: str | None = None) -> None:
+        """Count the generated tokens (by each turn's kind), tool calls and complete rollouts."""
+        for t in trajs:
+            self.rollouts += 1
+            self.tool_calls += t.tool_calls
+            self.tool_errors += t.tool_errors
+            for turn in t.generated_turns:
+                self.tokens[turn.kind] += len(turn.action_ids)
+
+    def add_update(self, stats: UpdateStats, advantages: list[float], k: int | None = None, groups: int = 0) -> None:
+        n = stats.trained_tokens
+        if n > 0 and not math.isnan(stats.ratio_mean):
+            self._ratio_num += stats.ratio_mean * n
+            self._kl_num += stats.kl_rollout_train * n
+            self._tok += n
+            self.losses.append(stats.loss)
+            self.grad_norms.append(stats.grad_norm)
+        self._rows += len(advantages)
+        self._zero_rows += sum(1 for a in advantages if a == 0.0)
+        if k is not None:
+            self.turns.append({"k": k, "ratio_mean": _nan_none(stats.ratio_mean),
+                               "kl_rollout_train": _nan_none(stats.kl_rollout_train),
+                               "zero_adv_frac": (sum(a == 0.0 for a in advantages) / len(advantages)) if advantages else None,
+                               "groups": groups, "trained_tokens": n})
+
+    def record(self, trunks: list[Trajectory], n_prompts: int, **extra: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {
+            "reward_mean": _mean([t.reward for t in trunks]),
+            "success_rate": _mean([float(is_success(t)) for t in trunks]),
+            "ratio_mean": (self._ratio_num / self._tok) if self._tok else None,
+            "kl_rollout_train": (self._kl_num / self._tok) if self._tok else None,
+            "zero_adv_frac": (self._zero_rows / self._rows) if self._rows else None,
+            "tokens": dict(self.tokens),
+            "trained_tokens": int(self._tok),
+            "rollouts_per_prompt": self.rollouts / max(1, n_prompts),
+            "tool_calls": self.tool_calls,
+            "tool_errors": self.tool_errors,
+            "syncs": self.syncs,
+            "time": {k: round(v, 4) for k, v in self.time.items()},
+            "turns": sorted(self.turns, key=lambda d: -d["k"]),
+            "trunks": trunk_stats(trunks),
+        }
+        if self.losses:
+            rec["loss"] = _mean(self.losses)
+            rec["grad_norm"] = _mean(self.grad_norms)
+        rec.update(extra)
+        return rec
+
+
+def trunk_stats(trunks: list[Trajectory]) -> dict[str, Any]:
+    """Failure dynamics of the first-pass trajectories (paper G.3, G.7)."""
+    n = len(trunks)
+    if n == 0:
+        return {"n": 0}
+    failed = [t for t in trunks if not is_success(t)]
+    calls = sum(t.tool_calls for t in trunks)
+    errors = sum(t.tool_errors for t in trunks)
+    return {
+        "n": n,
+        "first_turn_fail_frac": sum(1 for t in failed if len(t.turns) <= 1) / n,
+        "no_terminal_frac": sum(1 for t in trunks if t.truncated) / n,
+        "failed_len_mean": _mean([len(t.turns) for t in failed]),
+        "tool_calls_per_trunk": calls / n,
+        "tokens_per_trunk": sum(t.response_tokens for t in trunks) / n,
+        "tool_success_rate": (1 - errors / calls) if calls else None,
+        "turns_mean": _mean([len(t.turns) for t in trunks]),
+    }
+
+
+def _mean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _nan_none(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+class JsonlWriter:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, rec: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records of steps > step (a resumed run rewrites them)."""
+        recs = [r for r in self.read() if r.get("step", -1) <= step]
+        self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))

@@ -1,0 +1,244 @@
+"""Multi-turn rollout: engine + env + psi -> Trajectory.
+
+Every trajectory keeps, for each realized turn boundary S_k, what a method needs to come back to
+it: the full message history, the canonical full-history token ids, the env snapshot, and the exact
+context ids c_k = psi(S_k) the turn-k action was sampled from.
+
+Canonical full-history ids are built by concatenation, as verl's agent loop does:
+  full_0 = render(initial messages) ; full_{k+1} = full_k + a_k + between_k
+where between_k is the template text after the assistant content (turn close, tool results, next
+generation prompt). Under psi = full, c_k *is* full_k, so flattened training on the concatenation
+scores exactly the tokens that were sampled; under any other psi, c_k is rendered from psi(S_k) and
+the two differ — the rollout-training mismatch the paper measures.
+
+All live trajectories sample their next turn in one batched engine call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtpo.context import apply_psi, validate_psi
+from rtpo.engine.base import Completion, PolicyEngine, SamplingParams
+from rtpo.envs.base import Env, Message, Task
+
+EnvFactory = Callable[[Task], Env]
+
+
+@dataclass
+class Turn:
+    k: int
+    context_ids: list[int]      # c_k: the exact ids the action was sampled from
+    action_ids: list[int]
+    logprobs: list[float]       # rollout-time logprobs of action_ids
+    stop_reason: str
+    kind: str                   # generated as: "trunk" | "sibling" | "continuation" | "chain" | "eval" ...
+    weight_version: int
+    observations: list[Message] = field(default_factory=list)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    entropy: float | None = None
+
+
+@dataclass
+class Boundary:
+    """The boundary state S_k (before turn k's action)."""
+
+    k: int
+    messages: list[Message]     # full history
+    full_ids: list[int]         # canonical full-history ids, generation prompt included
+    env_state: Any              # env.snapshot()
+    context_ids: list[int]      # c_k = psi(S_k)
+
+
+@dataclass
+class Trajectory:
+    task: Task
+    turns: list[Turn]
+    boundaries: list[Boundary]  # boundaries[k] = S_k for every realized turn k
+    full_ids: list[int]         # the whole flattened trajectory
+    action_spans: list[tuple[int, int]]  # [start, end) of each turn's action in full_ids
+    messages: list[Message]
+    reward: float = 0.0
+    done: bool = False
+    truncated: bool = False     # ended by the turn limit K or the context length, without an answer
+    info: dict[str, Any] = field(default_factory=dict)
+    start_k: int = 0            # turns[:start_k] were copied from the trajectory this one branched from
+
+    @property
+    def generated_turns(self) -> list[Turn]:
+        return self.turns[self.start_k:]
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(t.tool_calls for t in self.generated_turns)
+
+    @property
+    def tool_errors(self) -> int:
+        return sum(t.tool_errors for t in self.generated_turns)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(len(t.action_ids) for t in self.generated_turns)
+
+
+@dataclass
+class Start:
+    """Where a rollout begins: a fresh episode, or a boundary S_k of an existing trajectory.
+
+    forced_action: replay this turn-k action instead of sampling one (then continue).
+    """
+
+    task: Task
+    source: Trajectory | None = None
+    k: int = 0
+    forced_action: Turn | None = None
+    first_kind: str = "trunk"
+    rest_kind: str = "trunk"
+    seed: int | None = None
+
+
+class _Live:
+    """Mutable per-trajectory state while rolling out."""
+
+    def __init__(self, traj: Trajectory, env: Env, start: Start):
+        self.traj, self.env, self.start, self.k = traj, env, start, start.k
+
+
+def _between_text(tokenizer: Any, messages: list[Message], content: str, observations: list[Message],
+                  ended_with_eos: bool, eos_text: str) -> str:
+    """Template text after an assistant turn's content: the turn close, tool results, next generation prompt."""
+    before = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    after = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": content}] + observations,
+                                          add_generation_prompt=True, tokenize=False)
+    if not after.startswith(before + content):
+        raise ValueError("the chat template does not render the history as a prefix; "
+                         "canonical full-history ids cannot be built by concatenation")
+    between = after[len(before) + len(content):]
+    if ended_with_eos and between.startswith(eos_text):
+        between = between[len(eos_text):]
+    return between
+
+
+class Roller:
+    """Runs batched multi-turn rollouts for one task family with a fixed psi and sampling params."""
+
+    def __init__(self, engine: PolicyEngine, env_factory: EnvFactory, psi: str, params: SamplingParams,
+                 max_context: int | None = None):
+        self.engine, self.env_factory, self.psi, self.params = engine, env_factory, validate_psi(psi), params
+        self.tok = engine.tokenizer
+        self.max_context = max_context or engine.max_context
+        self.eos_text = self.tok.eos_token or ""
+
+    # -------------------------------------------------------------- contexts
+    def encode_messages(self, messages: list[Message]) -> list[int]:
+        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def context_ids(self, messages: list[Message], full_ids: list[int]) -> list[int]:
+        """c_k = psi(S_k) as token ids; under psi = full exactly the canonical full-history ids."""
+        if self.psi == "full":
+            return list(full_ids)
+        return self.encode_messages(apply_psi(messages, self.psi))
+
+    # -------------------------------------------------------------- rollout
+    def _begin(self, s: Start) -> _Live:
+        env = self.env_factory(s.task)
+        if s.source is None:
+            messages = env.reset(s.task)
+            full = self.encode_messages(messages)
+            traj = Trajectory(task=s.task, turns=[], boundaries=[], full_ids=full, action_spans=[],
+                              messages=messages, info={"prompt_len": len(full)})
+            return _Live(traj, env, s)
+        src, k = s.source, s.k
+        if k >= len(src.boundaries):
+            raise ValueError(f"trajectory {src.task.id} has no boundary S_{k} (it has {len(src.boundaries)} turns)")
+        b = src.boundaries[k]
+        env.reset(s.task)
+        env.restore(copy.deepcopy(b.env_state))
+        traj = Trajectory(task=s.task, turns=list(src.turns[:k]), boundaries=list(src.boundaries[:k]),
+                          full_ids=list(b.full_ids), action_spans=list(src.action_spans[:k]),
+                          messages=copy.deepcopy(b.messages), start_k=k,
+                          info={"prompt_len": src.info.get("prompt_len", 0)})
+        return _Live(traj, env, s)
+
+    def run(self, starts: Sequence[Start]) -> list[Trajectory]:
+        live = [self._begin(s) for s in starts]
+        active = list(range(len(live)))
+        while active:
+            # 1. record the boundary S_k and the context c_k of each live trajectory
+            ctx: dict[int, list[int]] = {}
+            for i in active:
+                L = live[i]
+                t = L.traj
+                c = self.context_ids(t.messages, t.full_ids)
+                forced = L.start.forced_action if (L.k == L.start.k and L.start.forced_action) else None
+                if forced is not None:
+                    c = forced.context_ids  # replaying: keep the recorded c_k bit for bit
+                if len(c) + 1 >= self.max_context or len(t.full_ids) + 1 >= self.max_context:
+                    t.done, t.truncated = True, True
+                    t.info["context_overflow"] = True
+                    continue
+                t.boundaries.append(Boundary(L.k, copy.deepcopy(t.messages), list(t.full_ids),
+                                             L.env.snapshot(), c))
+                ctx[i] = c
+            active = [i for i in active if i in ctx]
+            if not active:
+                break
+            # 2. sample every live trajectory's turn in one batch (forced actions are replayed)
+            to_sample = [i for i in active if not (live[i].k == live[i].start.k and live[i].start.forced_action)]
+            comps: dict[int, Completion] = {}
+            if to_sample:
+                seeds = None
+                if all(live[i].start.seed is not None for i in to_sample):
+                    seeds = [hash((live[i].start.seed, live[i].k)) % (2**62) for i in to_sample]
+                out = self.engine.sample([ctx[i] for i in to_sample], self.params, seeds=seeds)
+                comps = dict(zip(to_sample, out))
+            # 3. step the envs
+            still = []
+            for i in active:
+                L = live[i]
+                t = L.traj
+                if i in comps:
+                    c = comps[i]
+                    kind = L.start.first_kind if L.k == L.start.k else L.start.rest_kind
+                    turn = Turn(L.k, ctx[i], c.ids, c.logprobs, c.stop_reason, kind, c.weight_version,
+                                entropy=c.entropy)
+                else:
+                    f = L.start.forced_action
+                    turn = Turn(L.k, ctx[i], list(f.action_ids), list(f.logprobs), f.stop_reason, f.kind,
+                                f.weight_version, entropy=f.entropy)
+                content = self.tok.decode([x for x in turn.action_ids if x not in self._eos_ids()],
+                                          skip_special_tokens=False)
+                res = L.env.step(content)
+                turn.observations = res.observations
+                turn.tool_calls = int(res.info.get("tool_calls", 0))
+                turn.tool_errors = int(res.info.get("tool_errors", 0))
+                start = len(t.full_ids)
+                t.full_ids.extend(turn.action_ids)
+                t.action_spans.append((start, len(t.full_ids)))
+                t.turns.append(turn)
+                if not res.done:
+                    between = _between_text(self.tok, t.messages, content, res.observations,
+                                            turn.stop_reason == "eos", self.eos_text)
+                    t.full_ids.extend(self.tok.encode(between, add_special_tokens=False))
+                t.messages = t.messages + [{"role": "assistant", "content": content}] + list(res.observations)
+                L.k += 1
+                if res.done:
+                    t.done, t.reward = True, float(res.reward)
+                    t.truncated = bool(res.info.get("truncated", False))
+                    t.info.update({k: v for k, v in res.info.items() if k not in ("tool_calls", "tool_errors")})
+                else:
+                    still.append(i)
+            active = still
+        return [L.traj for L in live]
+
+    def _eos_ids(self) -> set[int]:
+        ids = {self.tok.eos_token_id}
+        v = self.tok.get_vocab()
+        if "<|im_end|>" in v:
+            ids.add(v["<|im_end|>"])
+        return ids
