@@ -346,6 +346,25 @@ class LocalEngine:
                            clip_frac=float(np.mean(clips)), kl_ref=float(np.mean(kls)), grad_norm=float(np.mean(norms)),
                            trained_tokens=int(den))
 
+    def token_gradients(self, rows: list[Row], cfg: UpdateConfig, temperature: float = 1.0) -> list[list[float]]:
+        """d loss / d logp(token) for every response token of `rows`, without an optimizer step.
+
+        The loss is the one `update` minimises (one mini-batch); tokens with mask 0 must get exactly 0.
+        """
+        n_tok = float(sum(sum(r.mask) for r in rows))
+        logp, pad_mask, _ = self._forward_logprobs(self.model, [r.prompt_ids for r in rows],
+                                                   [r.response_ids for r in rows], temperature)
+        logp.retain_grad()
+        T = logp.shape[1]
+        pad = lambda xs: torch.tensor([x + [0.0] * (T - len(x)) for x in xs], dtype=torch.float)
+        mask = pad([list(map(float, r.mask)) for r in rows]) * pad_mask
+        pg, _ = L.ppo_clip_loss(logp, pad([r.old_logprobs for r in rows]), pad([r.advantages for r in rows]),
+                                cfg.clip_low, cfg.clip_high, cfg.dual_clip_c)
+        (L.masked_sum(pg, mask) / max(n_tok, 1.0)).backward()
+        grads = [logp.grad[i, :len(r.response_ids)].tolist() for i, r in enumerate(rows)]
+        self.model.zero_grad(set_to_none=True)
+        return grads
+
     def sync(self) -> None:
         """Copy the training weights into the inference model (the weight-sync of verl/vLLM)."""
         self.rollout_model.load_state_dict(self.model.state_dict())

