@@ -87,7 +87,7 @@ def apply_psi(messages: list[Message], psi: str) -> list[Message]:
         return out
     if psi.startswith("truncate:"):
         n = int(psi.split(":", 1)[1])
-        kept = turns[len(turns) - n:] if n > 0 else []
+        kept = turns[max(0, len(turns) - n):] if n > 0 else []
         return [dict(m) for m in head] + [dict(m) for t in kept for m in t]
     # summary
     if len(turns) <= 1:

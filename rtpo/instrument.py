@@ -36,6 +36,7 @@ class StepLog:
         self._rows = self._zero_rows = 0
         self.losses: list[float] = []
         self.grad_norms: list[float] = []
+        self.t0 = time.perf_counter()
 
     @contextmanager
     def phase(self, name: str):
@@ -83,7 +84,7 @@ class StepLog:
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,
             "syncs": self.syncs,
-            "time": {k: round(v, 4) for k, v in self.time.items()},
+            "time": {**{k: round(v, 4) for k, v in self.time.items()}, "total": round(time.perf_counter() - self.t0, 4)},
             "turns": sorted(self.turns, key=lambda d: -d["k"]),
             "trunks": trunk_stats(trunks),
         }

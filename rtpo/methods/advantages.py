@@ -88,3 +88,20 @@ def clipped_ratio_product(seq_log_ratios: torch.Tensor, low: float = 0.8, high: 
     """
     r = torch.exp(seq_log_ratios.clamp(-20, 20)).clamp(low, high)
     return r.prod(dim=-1).clamp(low, high)
+
+
+def seeupo_ratio_update(ratios: torch.Tensor, seq_log_ratios: torch.Tensor, low: float = 0.8,
+                        high: float = 1.2) -> torch.Tensor:
+    """SeeUPO's accumulated importance weight after one more turn's update (its public
+    `update_ratios`, github.com/dy-liang/seeupo_v2 beyondagent/module/trainer/ba_ray_trainer.py).
+
+    ratios:         (N,) the weight accumulated over the turns updated so far (ones at the start)
+    seq_log_ratios: (N,) per-token mean of log pi_after / pi_before on the just-updated turn's action
+                    (GSPO's length-normalised sequence ratio; 0 for a trajectory without that turn)
+    returns (N,):   clip(ratios * clip(exp(clamp(seq_log_ratios, -10, 10)), low, high), low, high)
+
+    The running product is clipped after every turn, so it differs from `clipped_ratio_product`
+    (one clip of the whole product) once the bounds are hit; both stay in [low, high].
+    """
+    r = torch.exp(seq_log_ratios.float().clamp(-10.0, 10.0)).clamp(low, high)
+    return (ratios.float() * r).clamp(low, high)

@@ -25,6 +25,13 @@ class Method:
     def step(self, tasks: list[Task], step: int) -> dict[str, Any]:
         raise NotImplementedError
 
+    def state(self) -> dict[str, Any]:
+        """Method state beyond the engine's, saved with checkpoints (e.g. RTPO's stage counter)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        pass
+
     # shared helpers ---------------------------------------------------------------
     def sync(self, log: StepLog) -> None:
         self.engine.sync()

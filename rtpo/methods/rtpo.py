@@ -56,6 +56,12 @@ class RTPO(Method):
         self.stage_counter = 0
         _parse_sync(self.sync_mode)  # fail early on a bad mode
 
+    def state(self) -> dict[str, Any]:
+        return {"stage_counter": self.stage_counter}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.stage_counter = int(state.get("stage_counter", 0))
+
     # -------------------------------------------------------------- sync policy
     def maybe_sync(self, log: StepLog, probe: list[tuple[list[int], list[int], list[float]]]) -> None:
         """Sync before a stage according to the mode. probe: (c_k, action ids, rollout logprobs) of the stage's trunk actions."""

@@ -1,0 +1,154 @@
+"""Embedded task generators and scripted experts: the registry the `rtpo data` verb uses.
+
+Determinism and splits: `generate_tasks(kind, n, seed, split)` draws candidates from a random
+stream named by (kind, seed, split) and keeps those whose question hashes into that split
+(`split_of`: sha256 of "<seed>|<question>", 1 in 5 goes to eval). Train and eval are therefore
+disjoint by construction for the same seed, whatever n is, and a set is identical across runs
+(no dependence on PYTHONHASHSEED). Tiers cycle easy, medium, hard over the task index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rtpo.envs.base import Message, Task
+
+__all__ = ["KINDS", "TIERS", "generate_tasks", "get_expert", "corpus_for", "write_task_files",
+           "split_of", "read_tasks"]
+
+KINDS = ("math", "search", "airline")
+TIERS = ("easy", "medium", "hard")
+EVAL_FRACTION = 5  # 1 in EVAL_FRACTION questions belongs to eval
+
+Expert = Callable[[Task, Any, float, random.Random], tuple[list[Message], float]]
+
+
+def _module(kind: str):
+    if kind not in KINDS:
+        raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(KINDS)}")
+    return importlib.import_module(f"rtpo.data.{kind}")
+
+
+def split_of(question: str, seed: int) -> str:
+    """"eval" or "train": the split a question belongs to for `seed`."""
+    h = int(hashlib.sha256(f"{seed}|{question}".encode()).hexdigest()[:8], 16)
+    return "eval" if h % EVAL_FRACTION == 0 else "train"
+
+
+def generate_tasks(kind: str, n: int, seed: int, split: str,
+                   tiers: tuple[str, ...] = TIERS) -> list[Task]:
+    """n tasks of `kind` for `split` ("train" | "eval"), deterministic in (kind, n, seed, split).
+
+    Task ids: "<kind>-<split>-s<seed>-<index>"; source "embedded-<kind>"; tier = tiers[i % len(tiers)].
+    Raises ValueError if the question space cannot supply n distinct questions.
+    """
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    for t in tiers:
+        if t not in TIERS:
+            raise ValueError(f"unknown tier {t!r}; known: {', '.join(TIERS)}")
+    mod = _module(kind)
+    rng = random.Random(f"rtpo-{kind}-{seed}-{split}")
+    out: list[Task] = []
+    seen: set[str] = set()
+    misses = 0
+    while len(out) < n:
+        tier = tiers[len(out) % len(tiers)]
+        q, answers, meta = mod.sample_task(rng, tier, seed)
+        if q in seen or split_of(q, seed) != split:
+            misses += 1
+            if misses > 200 * (n + 10):
+                raise ValueError(f"{kind}: only {len(out)} distinct {split} questions of tier {tier} "
+                                 f"found for seed {seed} (asked for {n})")
+            continue
+        seen.add(q)
+        out.append(Task(id=f"{kind}-{split}-s{seed}-{len(out):05d}", kind=kind, question=q,
+                        answers=list(answers), tier=tier, split=split, source=f"embedded-{kind}",
+                        meta=meta))
+    return out
+
+
+def get_expert(kind: str) -> Expert:
+    """The scripted expert of `kind`: run_expert(task, env, imperfection, rng) -> (messages, reward)."""
+    return _module(kind).run_expert
+
+
+def corpus_for(kind: str, seed: int) -> list[dict]:
+    """The passages the search env indexes for embedded tasks of `seed` ([{"id","title","text"}])."""
+    if kind != "search":
+        raise ValueError(f"corpus_for: only 'search' tasks have a corpus, not {kind!r}")
+    return _module("search").build_corpus(seed)
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def read_tasks(path: str | Path) -> list[Task]:
+    """Read a train.jsonl / eval.jsonl written by `write_task_files`; errors name the file and line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Task.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{n}: not a task ({type(e).__name__}: {e})") from None
+    return out
+
+
+def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Path,
+                     progress: bool = False) -> dict[str, Path]:
+    """Write train.jsonl, eval.jsonl, experts.jsonl (and corpus.jsonl for search) under out_dir.
+
+    cfg keys (all optional): seed (0), n_train (500), n_eval (150), n_expert (n_train: experts
+    demonstrate the first n_expert train tasks), imperfection (0.0), expert_seed (seed),
+    env (dict of env options for make_env, e.g. {"max_turns": 6}). Unknown keys raise.
+    experts.jsonl rows: {"task_id", "messages", "reward"}. Returns {file stem: path}.
+    """
+    from rtpo.envs import make_env
+
+    cfg = dict(cfg or {})
+    known = {"seed", "n_train", "n_eval", "n_expert", "imperfection", "expert_seed", "env"}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise ValueError(f"write_task_files({kind}): unknown config key(s) {unknown}; known: {sorted(known)}")
+    seed = int(cfg.get("seed", 0))
+    n_train, n_eval = int(cfg.get("n_train", 500)), int(cfg.get("n_eval", 150))
+    n_expert = int(cfg.get("n_expert", n_train))
+    imperfection = float(cfg.get("imperfection", 0.0))
+    env_cfg = dict(cfg.get("env") or {})
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    train = generate_tasks(kind, n_train, seed, "train")
+    evals = generate_tasks(kind, n_eval, seed, "eval")
+    paths = {"train": out / "train.jsonl", "eval": out / "eval.jsonl", "experts": out / "experts.jsonl"}
+    _write_jsonl(paths["train"], [t.to_dict() for t in train])
+    _write_jsonl(paths["eval"], [t.to_dict() for t in evals])
+    if kind == "search":
+        paths["corpus"] = out / "corpus.jsonl"
+        _write_jsonl(paths["corpus"], corpus_for(kind, seed))
+
+    expert = get_expert(kind)
+    rng = random.Random(f"rtpo-expert-{kind}-{cfg.get('expert_seed', seed)}")
+    rows = []
+    tasks = train[:n_expert]
+    if progress:
+        from tqdm import tqdm
+        tasks = tqdm(tasks, desc=f"{kind} experts")
+    for t in tasks:
+        env = make_env(t, **env_cfg)
+        msgs, reward = expert(t, env, imperfection, rng)
+        rows.append({"task_id": t.id, "messages": msgs, "reward": reward})
+    _write_jsonl(paths["experts"], rows)
+    return paths

@@ -1,0 +1,260 @@
+"""Embedded search tasks: 2-4 hop questions over a generated knowledge base of fictional entities
+(paper §4, knowledge reasoning with a search tool; §F.1 describes the hop-completion error these
+questions make possible: answering with the intermediate entity).
+
+The KB (one per seed, ~600 short passages) has films, people, studios, cities and countries::
+
+    Silver Harbor is a 1987 film directed by Maren Vosley and produced by Kestrel Pictures.
+    Maren Vosley is a director born in Tarnwick who works for Cobalt Media.
+    Kestrel Pictures is a studio based in Oldbridge, founded by Ivo Lindholt.
+    Tarnwick is a city in Velaria.
+
+Distractors are similar names: sequels ("Silver Harbor II"), studios sharing a word ("Kestrel
+Pictures" / "Kestrel Media"), towns "New Tarnwick" next to "Tarnwick", people sharing a first or
+last name. A question follows a relation path from a film; each hop is one search for the current
+entity's name. Tiers: easy = 2 hops, medium = 3, hard = 4, e.g. (hard)
+"In which country is the home city of the employer of the director of the film Silver Harbor?"
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import re
+from dataclasses import dataclass, field
+
+from rtpo.envs import ToolEnv
+from rtpo.envs.base import Message, Task
+from rtpo.tools.parse import format_tool_call
+
+__all__ = ["KB", "build_kb", "build_corpus", "sample_task", "run_expert", "PATHS", "MISTAKES"]
+
+MISTAKES = ("no_tool", "wrong_arg", "malformed", "stop_early")
+
+_COUNTRIES = ["Velaria", "Ostrenia", "Kaldor", "Mirevia", "Brunmark", "Sorvania", "Eldmoor",
+              "Tavaria", "Quessia", "Norvale", "Calmora", "Drevonia", "Ilvaria", "Zantor", "Pellan",
+              "Rusvik"]
+_CITY_A = ["Tarn", "Old", "Ash", "Bel", "Crest", "Dor", "Elm", "Fair", "Glen", "Hart", "Kings",
+           "Lake", "Marl", "Pen", "Red", "Stone", "West", "Wynd", "Brae", "Cold"]
+_CITY_B = ["wick", "bridge", "ford", "haven", "mouth", "field", "stead", "port", "dale", "borough"]
+_CO_A = ["Kestrel", "Falcon", "Beacon", "Cobalt", "Juniper", "Meridian", "Northstar", "Oakline",
+         "Pinnacle", "Quarry", "Redwood", "Saffron", "Tandem", "Umber", "Vantage", "Willow",
+         "Zephyr", "Atlas", "Bluefin", "Harrow"]
+_CO_B = ["Pictures", "Studios", "Media", "Films", "Entertainment"]
+_FIRST = ["Maren", "Ivo", "Tessa", "Oren", "Lida", "Caspar", "Nila", "Edda", "Rolf", "Sanne",
+          "Bram", "Yara", "Tobin", "Elsa", "Milo", "Runa", "Anselm", "Greta", "Jonas", "Liv",
+          "Petra", "Emil", "Hanna", "Viggo", "Ilse", "Otto", "Freya", "Lukas", "Mira", "Sven"]
+_LAST_A = ["Vos", "Hal", "Mer", "Tor", "Bren", "Kal", "Dun", "Fen", "Gar", "Lind", "Ost", "Rav",
+           "Sel", "Thal", "Wen", "Ald", "Cor", "Hed", "Mar", "Ber"]
+_LAST_B = ["ley", "den", "rick", "mond", "holt", "berg", "ton", "ford", "mere", "lund", "gard",
+           "vik", "by", "well", "strom"]
+_ADJ = ["Silver", "Hidden", "Broken", "Golden", "Silent", "Crimson", "Distant", "Frozen", "Burning",
+        "Quiet", "Hollow", "Bitter", "Gentle", "Wild", "Last", "Lost", "Northern", "Empty", "Bright",
+        "Falling", "Paper", "Iron", "Glass", "Velvet", "Scarlet", "Lonely", "Secret", "Endless",
+        "Sleeping", "Painted"]
+_NOUN = ["Harbor", "River", "Garden", "Winter", "Mirror", "Lantern", "Horizon", "Orchard", "Valley",
+         "Tide", "Signal", "Promise", "Kingdom", "Letter", "Shadow", "Bridge", "Island", "Season",
+         "Compass", "Meadow", "Canyon", "Echo", "Station", "Voyage", "Portrait", "Storm", "Citadel",
+         "Ember", "Anthem", "Summer"]
+_JOBS = ["director", "producer", "writer", "actor", "editor"]
+
+# relation -> (subject type, object type)
+RELATIONS = {"director": ("film", "person"), "studio": ("film", "company"),
+             "birthplace": ("person", "city"), "employer": ("person", "company"),
+             "hq": ("company", "city"), "founder": ("company", "person"), "country": ("city", "country")}
+_REL_WORD = {"director": "director", "studio": "studio", "birthplace": "birthplace",
+             "employer": "employer", "hq": "home city", "founder": "founder", "country": "country"}
+_INNER = {"director": "the director of {}", "studio": "the studio of {}",
+          "birthplace": "the birthplace of {}", "employer": "the employer of {}",
+          "hq": "the home city of {}", "founder": "the founder of {}"}
+_FINAL = {"birthplace": "Where was {} born?", "employer": "Which company does {} work for?",
+          "hq": "Where is {} based?", "founder": "Who founded {}?", "country": "In which country is {}?"}
+# how each passage type is read back (the expert parses real tool output with these)
+_PATTERNS = {
+    "film": re.compile(r"^(?P<name>.+) is a \d{4} film directed by (?P<director>.+) and produced by (?P<studio>.+)\.$"),
+    "person": re.compile(r"^(?P<name>.+) is an? \w+ born in (?P<birthplace>.+) who works for (?P<employer>.+)\.$"),
+    "company": re.compile(r"^(?P<name>.+) is a studio based in (?P<hq>.+), founded by (?P<founder>.+)\.$"),
+    "city": re.compile(r"^(?P<name>.+) is a city in (?P<country>.+)\.$"),
+}
+
+
+def _paths() -> dict[int, list[tuple[str, ...]]]:
+    """All relation paths from a film, by length (2, 3, 4)."""
+    out: dict[int, list[tuple[str, ...]]] = {}
+    frontier = [((), "film")]
+    for n in range(1, 5):
+        frontier = [(p + (r,), RELATIONS[r][1]) for p, t in frontier for r in RELATIONS
+                    if RELATIONS[r][0] == t]
+        if n >= 2:
+            out[n] = [p for p, _ in frontier]
+    return out
+
+
+PATHS = _paths()
+_HOPS = {"easy": 2, "medium": 3, "hard": 4}
+
+
+@dataclass
+class KB:
+    """The generated knowledge base. entities: name -> {"type", relation: object name, ...}."""
+
+    seed: int
+    entities: dict[str, dict] = field(default_factory=dict)
+    passages: list[dict] = field(default_factory=list)
+
+    def of_type(self, t: str) -> list[str]:
+        return [n for n, e in self.entities.items() if e["type"] == t]
+
+
+def _unique(rng: random.Random, make, n: int, taken: set[str]) -> list[str]:
+    out = []
+    while len(out) < n:
+        name = make()
+        if name not in taken:
+            taken.add(name)
+            out.append(name)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def build_kb(seed: int, n_films: int = 300, n_people: int = 150, n_companies: int = 40,
+             n_cities: int = 40, n_countries: int = 10) -> KB:
+    """Deterministic KB for `seed` (cached; treat the result as read-only)."""
+    rng = random.Random(f"rtpo-search-kb-{seed}")
+    taken: set[str] = set()
+    countries = rng.sample(_COUNTRIES, n_countries)
+    taken.update(countries)
+    n_new = n_cities // 7  # "New X" towns next to X: similar-name distractors
+    cities = _unique(rng, lambda: rng.choice(_CITY_A) + rng.choice(_CITY_B), n_cities - n_new, taken)
+    cities += [f"New {c}" for c in rng.sample(cities, n_new)]
+    companies = _unique(rng, lambda: f"{rng.choice(_CO_A)} {rng.choice(_CO_B)}", n_companies, taken)
+    people = _unique(rng, lambda: f"{rng.choice(_FIRST)} {rng.choice(_LAST_A)}{rng.choice(_LAST_B)}",
+                     n_people, taken)
+    n_seq = n_films // 8  # sequels "X II": near-duplicate titles
+    films = _unique(rng, lambda: f"{rng.choice(_ADJ)} {rng.choice(_NOUN)}", n_films - n_seq, taken)
+    films += [f"{f} II" for f in rng.sample(films, n_seq)]
+
+    kb = KB(seed)
+    texts = []
+    for c in countries:
+        kb.entities[c] = {"type": "country"}
+    for c in cities:
+        kb.entities[c] = {"type": "city", "country": rng.choice(countries)}
+        texts.append((c, f"{c} is a city in {kb.entities[c]['country']}."))
+    for c in companies:
+        kb.entities[c] = {"type": "company", "hq": rng.choice(cities), "founder": rng.choice(people)}
+        texts.append((c, f"{c} is a studio based in {kb.entities[c]['hq']}, founded by {kb.entities[c]['founder']}."))
+    for p in people:
+        job = rng.choice(_JOBS)
+        kb.entities[p] = {"type": "person", "birthplace": rng.choice(cities), "employer": rng.choice(companies)}
+        art = "an" if job[0] in "aeiou" else "a"
+        texts.append((p, f"{p} is {art} {job} born in {kb.entities[p]['birthplace']} who works for "
+                         f"{kb.entities[p]['employer']}."))
+    directors = people[: max(1, (2 * n_people) // 3)]
+    for f in films:
+        kb.entities[f] = {"type": "film", "director": rng.choice(directors), "studio": rng.choice(companies)}
+        year = rng.randint(1950, 2020)
+        texts.append((f, f"{f} is a {year} film directed by {kb.entities[f]['director']} and produced by "
+                         f"{kb.entities[f]['studio']}."))
+    rng.shuffle(texts)  # ids carry no type information (ids break BM25 ties)
+    kb.passages = [{"id": f"kb{seed}-{i:05d}", "title": t, "text": x} for i, (t, x) in enumerate(texts)]
+    return kb
+
+
+def build_corpus(seed: int) -> list[dict]:
+    """The KB's passages [{"id", "title", "text"}] (a fresh list of fresh dicts)."""
+    return [dict(p) for p in build_kb(seed).passages]
+
+
+def _question(film: str, path: tuple[str, ...]) -> str:
+    np_ = f"the film {film}"
+    for r in path[:-1]:
+        np_ = _INNER[r].format(np_)
+    return _FINAL[path[-1]].format(np_)
+
+
+def sample_task(rng: random.Random, tier: str, seed: int) -> tuple[str, list[str], dict]:
+    """(question, answers, meta) for one question of `tier` on the KB of `seed`.
+    meta = {"corpus_seed", "hops", "path" (relations), "chain" (entity names, film first)}."""
+    if tier not in _HOPS:
+        raise ValueError(f"search: unknown tier {tier!r}")
+    kb = build_kb(seed)
+    films = kb.of_type("film")
+    while True:
+        film = rng.choice(films)
+        path = rng.choice(PATHS[_HOPS[tier]])
+        chain = [film]
+        for r in path:
+            chain.append(kb.entities[chain[-1]][r])
+        if len(set(chain)) < len(chain):  # a loop (e.g. a founder working for their own studio)
+            continue
+        meta = {"corpus_seed": seed, "hops": len(path), "path": list(path), "chain": chain}
+        return _question(film, path), [chain[-1]], meta
+
+
+def read_relation(observation: str, name: str, relation: str) -> str | None:
+    """The object of `relation` for entity `name` if its passage is in the search result, else None."""
+    subject_type = RELATIONS[relation][0]
+    for line in observation.splitlines():
+        m = re.match(r"^\[\d+\] (.*)$", line)
+        if not m:
+            continue
+        pm = _PATTERNS[subject_type].match(m.group(1))
+        if pm and pm.group("name") == name:
+            return pm.group(relation)
+    return None
+
+
+def _similar(kb: KB, name: str, rng: random.Random) -> str:
+    """An entity of the same type whose name shares a word with `name` (else any other one)."""
+    t = kb.entities[name]["type"]
+    words = set(name.split())
+    same = [n for n in kb.of_type(t) if n != name]
+    close = [n for n in same if words & set(n.split())]
+    return rng.choice(close or same)
+
+
+def run_expert(task: Task, env: ToolEnv, imperfection: float, rng: random.Random
+               ) -> tuple[list[Message], float]:
+    """Scripted demonstration: search each entity on the path by name, read the relation from the
+    real search result, answer the last entity in <answer>.
+
+    With probability `imperfection` per decision the expert errs: answers a guess without
+    searching, searches a similar-named wrong entity and follows it, writes a malformed call (then
+    retries), or stops a hop early (answers the intermediate entity). Returns (messages, reward).
+    """
+    kb = build_kb(int(task.meta["corpus_seed"]))
+    path = task.meta["path"]
+    answer_type = RELATIONS[path[-1]][1]
+    msgs = env.reset(task)
+    current = task.meta["chain"][0]  # the film is named in the question
+    hop, turn, note = 0, 0, ""
+    while True:
+        turn += 1
+        mistake = rng.choice(MISTAKES) if rng.random() < imperfection else None
+        if mistake == "stop_early" and hop == 0:
+            mistake = "no_tool"
+        if hop == len(path) or env.max_turns - turn <= 0 or mistake == "stop_early":
+            text = f"<think>{note.strip()}</think>\n<answer>{current}</answer>"
+        elif mistake == "no_tool":
+            guess = rng.choice(kb.of_type(answer_type))
+            text = f"<think>{note}I think it is {guess}.</think>\n<answer>{guess}</answer>"
+        else:
+            target = _similar(kb, current, rng) if mistake == "wrong_arg" else current
+            call = format_tool_call("search", {"query": target})
+            if mistake == "malformed":
+                call = call.replace('"}}', '"}', 1)
+            goal = (f"Find its {_REL_WORD[path[hop]]}." if note and target == current
+                    else f"Find the {_REL_WORD[path[hop]]} of {target}.")
+            text = f"<think>{note}{goal}</think>\n{call}"
+        res = env.step(text)
+        msgs.append({"role": "assistant", "content": text})
+        msgs.extend(res.observations)
+        if res.done:
+            return msgs, res.reward
+        note = ""
+        if res.info["tool_errors"] == 0 and res.observations:
+            value = read_relation(res.observations[0]["content"], target, path[hop])
+            if value is not None:
+                note = f"The {_REL_WORD[path[hop]]} is {value}. "
+                current, hop = value, hop + 1
