@@ -19,6 +19,11 @@ def cmd_data(args) -> int:
 
     cfg = _cfg(args)
     d, env = cfg["data"], cfg["env"][args.task]
+    if "benchmarks" in d[args.task]:  # paper scale: real benchmarks through the adapters
+        from rtpo.data.paper import prepare
+
+        print(json.dumps(prepare(args.task, d[args.task], args.out)))
+        return 0
     opts = {"seed": d["seed"], **d[args.task], "n_expert": cfg["sft"]["demos_per_task"],
             "imperfection": cfg["sft"]["imperfection"],
             "env": {k: v for k, v in env.items() if k in ("max_turns", "max_obs_chars", "top_k")}}

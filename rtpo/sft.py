@@ -125,6 +125,9 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         model = build_tiny_qwen3(tok, **m["tiny"], seed=seed)
     elif m["source"] == "hf":
         from rtpo.engine.local import load_hf_model
+        if not Path(m["path"]).exists() and m.get("hub_id"):  # paper scale: fetch once (cluster has network)
+            from huggingface_hub import snapshot_download
+            snapshot_download(m["hub_id"], local_dir=m["path"])
         model, tok = load_hf_model(m["path"])
     elif m["source"] == "gguf":
         from rtpo.models_gguf import load_smollm2
