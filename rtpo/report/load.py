@@ -1,0 +1,482 @@
+"""Find and read the files the DAG wrote, as two tidy tables (docs/ARCHITECTURE.md has the schemas).
+
+What to read is derived from the config, never from a hard-coded list: `tasks` x `methods` x
+`seeds` for the main runs, and every study under `ablations` (its variants, methods and
+`ablations.seeds`) for the ablation runs. Layout (agreed with the workflow):
+
+    results/runs/{task}/{method}/seed{seed}/metrics.jsonl            one JSON record per training step
+    results/eval/{task}/{method}/seed{seed}.json                     eval JSON
+    results/ablations/{study}/{variant}/{task}/{method}/seed{seed}/metrics.jsonl
+    results/ablations/{study}/{variant}/{task}/{method}/eval_seed{seed}.json
+    results/theory/theory_checks.csv                                 `rtpo theory`
+
+Variant directory names (`variant_dirname`, the same as workflow/rules/common.smk): group_size
+value 3 -> "G3"; sync "interval:2" -> "interval-2", "kl:0.01" -> "kl-0.01"; continuation
+"on_policy" -> "on_policy"; credit_assignment (no values, a `psi`) -> "psi-full" ("truncate:4" ->
+"psi-truncate-4").
+
+`load_results(results_dir, cfg)` returns a `Results` with
+  steps  one row per (scope, variant, task, method, seed, step): the JSONL scalars, flattened
+         (`tokens.trunk` -> `tokens_trunk`, `time.total` -> `time_total`, `trunks.n` -> `trunks_n`),
+         plus `tokens_total` (sum over kinds) and `source` ("path:line");
+  evals  one row per (scope, variant, task, method, seed, benchmark) with the eval metrics
+         (`benchmark` == "overall" is the eval JSON's pooled `overall`), `k`, a `pass@k` column
+         (= the JSON's `pass@{k}`), and `source` (the path);
+  theory theory_checks.csv as a DataFrame (None if absent);
+  missing the expected files that were absent (the tables leave those cells out and say so).
+Scope is "main" for the main runs and the study name for ablations; variant is "" for main runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+MAIN = "main"
+
+# study -> method trained when the study names none
+DEFAULT_STUDY_METHOD = "rtpo"
+# ablation keys that are settings, not studies
+NON_STUDY_KEYS = ("seeds", "theory")
+
+STEP_REQUIRED = ("step",)
+# JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
+# Unknown string fields (e.g. "psi") are kept as strings.
+STEP_NUMERIC = ("step", "seed", "reward_mean", "success_rate", "ratio_mean", "kl_rollout_train", "zero_adv_frac",
+                "trained_tokens", "rollouts_per_prompt", "tool_calls", "tool_errors", "syncs", "loss", "grad_norm",
+                "lr", "weight_version", "train_version")
+STEP_NUMERIC_DICTS = ("tokens", "time", "trunks")
+EVAL_REQUIRED = ("task", "method", "seed", "k", "benchmarks", "overall")
+THEORY_COLUMNS = ("check", "paper_claim", "quantity", "closed_form", "monte_carlo", "tolerance", "holds", "note")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant of a study: its directory name and the config value it stands for."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Study:
+    """An ablation study of `cfg["ablations"]`: which task, methods, variants and seeds it runs."""
+
+    name: str
+    task: str
+    methods: tuple[str, ...]
+    variants: tuple[Variant, ...]
+    seeds: tuple[int, ...]
+
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+
+def variant_dirname(study: str, value: Any) -> str:
+    """Directory name of one study variant: G3, interval-2, kl-0.01, on_policy, psi-full."""
+    if study == "group_size":
+        return f"G{int(value)}"
+    if study == "credit_assignment":
+        return "psi-" + str(value).replace(":", "-")
+    return str(value).replace(":", "-")
+
+
+def ablation_studies(cfg: dict[str, Any]) -> dict[str, Study]:
+    """The studies named by the config's `ablations` section, in config order."""
+    abl = cfg.get("ablations") or {}
+    seeds = tuple(int(s) for s in abl.get("seeds", cfg.get("seeds", [0])))
+    out: dict[str, Study] = {}
+    for name, spec in abl.items():
+        if name in NON_STUDY_KEYS or not isinstance(spec, dict) or "task" not in spec:
+            continue
+        methods = tuple(spec.get("methods") or [DEFAULT_STUDY_METHOD])
+        if "values" in spec:
+            values = list(spec["values"])
+        elif "psi" in spec:
+            values = [spec["psi"]]
+        else:
+            raise ValueError(f"config ablations.{name}: needs 'values' or 'psi' to name its variants")
+        variants = tuple(Variant(variant_dirname(name, v), v) for v in values)
+        out[name] = Study(name, str(spec["task"]), methods, variants, seeds)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# paths
+# ------------------------------------------------------------------------------------------------
+
+def run_dir(results: Path, task: str, method: str, seed: int, scope: str = MAIN, variant: str = "") -> Path:
+    if scope == MAIN:
+        return Path(results) / "runs" / task / method / f"seed{seed}"
+    return Path(results) / "ablations" / scope / variant / task / method / f"seed{seed}"
+
+
+def eval_path(results: Path, task: str, method: str, seed: int, scope: str = MAIN, variant: str = "") -> Path:
+    if scope == MAIN:
+        return Path(results) / "eval" / task / method / f"seed{seed}.json"
+    return Path(results) / "ablations" / scope / variant / task / method / f"eval_seed{seed}.json"
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """One (scope, variant, task, method, seed) cell of the experiment grid."""
+
+    scope: str
+    variant: str
+    task: str
+    method: str
+    seed: int
+
+
+def expected_runs(cfg: dict[str, Any]) -> list[RunKey]:
+    """Every run the config asks for: main grid first, then each study's grid."""
+    keys = [RunKey(MAIN, "", t, m, int(s)) for t in cfg.get("tasks", []) for m in cfg.get("methods", [])
+            for s in cfg.get("seeds", [0])]
+    for st in ablation_studies(cfg).values():
+        keys += [RunKey(st.name, v.name, st.task, m, s) for v in st.variants for m in st.methods for s in st.seeds]
+    return keys
+
+
+# ------------------------------------------------------------------------------------------------
+# readers
+# ------------------------------------------------------------------------------------------------
+
+def _num(x: Any) -> float:
+    """JSON scalar -> float (None -> nan); bools count as 0/1."""
+    if x is None:
+        return math.nan
+    if isinstance(x, bool):
+        return float(x)
+    if isinstance(x, (int, float)):
+        return float(x)
+    raise TypeError(f"not a number: {x!r}")
+
+
+def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
+    """One JSONL record -> flat scalars. Nested dicts become `parent_child`; `turns` is kept as
+    its count (`turns_n`) because per-turn lists do not fit one row."""
+    flat: dict[str, Any] = {}
+    for key, val in rec.items():
+        if key == "turns":
+            flat["turns_n"] = float(len(val or []))
+        elif isinstance(val, dict):
+            for sub, v in val.items():
+                if isinstance(v, str) and key not in STEP_NUMERIC_DICTS:
+                    flat[f"{key}_{sub}"] = v
+                else:
+                    try:
+                        flat[f"{key}_{sub}"] = _num(v)
+                    except TypeError:
+                        raise TypeError(f"field '{key}.{sub}' is not a number: {v!r}") from None
+        elif isinstance(val, str) and key not in STEP_NUMERIC:
+            flat[key] = val
+        else:
+            try:
+                flat[key] = _num(val)
+            except TypeError:
+                raise TypeError(f"field {key!r} is not a number: {val!r}") from None
+    tok = rec.get("tokens") or {}
+    flat["tokens_total"] = float(sum(v for v in tok.values() if v is not None))
+    return flat
+
+
+def read_metrics_jsonl(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
+    """Read one metrics.jsonl; a bad line raises ValueError naming `path:line` and the field."""
+    path = Path(path)
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
+        if not isinstance(rec, dict):
+            raise ValueError(f"{where}: a record must be a JSON object")
+        for key in STEP_REQUIRED:
+            if key not in rec:
+                raise ValueError(f"{where}: missing field {key!r}")
+        if expect is not None:
+            for key in ("task", "method", "seed"):
+                if key in rec and rec[key] != getattr(expect, key):
+                    raise ValueError(f"{where}: field {key!r} is {rec[key]!r} but the path says "
+                                     f"{getattr(expect, key)!r}")
+        try:
+            flat = flatten_step(rec)
+        except TypeError as e:
+            raise ValueError(f"{where}: {e}") from e
+        flat["source"] = where
+        rows.append(flat)
+    return rows
+
+
+def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
+    """Read one eval JSON into rows (one per benchmark plus "overall"); errors name the file and field."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from e
+    for key in EVAL_REQUIRED:
+        if key not in doc:
+            raise ValueError(f"{path}: missing field {key!r}")
+    if expect is not None:
+        for key in ("task", "method", "seed"):
+            if doc[key] != getattr(expect, key):
+                raise ValueError(f"{path}: field {key!r} is {doc[key]!r} but the path says {getattr(expect, key)!r}")
+    k = int(doc["k"])
+    if not isinstance(doc["benchmarks"], dict) or not doc["benchmarks"]:
+        raise ValueError(f"{path}: field 'benchmarks' must be a non-empty object")
+    rows = []
+    for bench, metrics in [*doc["benchmarks"].items(), ("overall", doc["overall"])]:
+        if not isinstance(metrics, dict) or "pass@1" not in metrics:
+            raise ValueError(f"{path}: benchmarks.{bench} lacks 'pass@1'")
+        row: dict[str, Any] = {"benchmark": bench, "k": k, "source": str(path)}
+        for key, val in metrics.items():
+            try:
+                row[key] = _num(val)
+            except TypeError:
+                raise ValueError(f"{path}: benchmarks.{bench}.{key} is not a number: {val!r}") from None
+        row["pass@k"] = row.get(f"pass@{k}", math.nan)
+        rows.append(row)
+    return rows
+
+
+def read_theory(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path)
+    missing = [c for c in THEORY_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: missing columns {missing}")
+    df["holds"] = df["holds"].map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
+    return df
+
+
+# ------------------------------------------------------------------------------------------------
+# the loaded results
+# ------------------------------------------------------------------------------------------------
+
+KEY_COLS = ["scope", "variant", "task", "method", "seed"]
+
+
+@dataclass
+class Results:
+    """Everything the report reads, as tidy DataFrames (see the module docstring)."""
+
+    root: Path
+    cfg: dict[str, Any]
+    steps: pd.DataFrame
+    evals: pd.DataFrame
+    theory: pd.DataFrame | None
+    studies: dict[str, Study]
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    # ---- selections --------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        # the report asks for the same small slices thousands of times: index them once
+        self._step_idx = _index(self.steps, ["scope", "variant", "task", "method"])
+        self._eval_idx = _index(self.evals, ["scope", "variant", "task", "method", "benchmark"])
+        self._eval_run_idx = _index(self.evals, ["scope", "variant", "task", "method"])
+
+    def step_rows(self, scope: str = MAIN, variant: str = "", task: str | None = None,
+                  method: str | None = None) -> pd.DataFrame:
+        """The JSONL rows of one (scope, variant[, task[, method]]) slice (empty DataFrame if none)."""
+        df = self.steps
+        if df.empty:
+            return df
+        if task is not None and method is not None:
+            return self._step_idx.get((scope, variant, task, method), df.iloc[0:0])
+        m = (df.scope == scope) & (df.variant == variant)
+        if task is not None:
+            m &= df.task == task
+        if method is not None:
+            m &= df.method == method
+        return df[m]
+
+    def eval_rows(self, scope: str = MAIN, variant: str = "", task: str | None = None,
+                  method: str | None = None, benchmark: str | None = None) -> pd.DataFrame:
+        """The eval rows of one slice; benchmark "overall" is the eval JSON's pooled `overall`."""
+        df = self.evals
+        if df.empty:
+            return df
+        if task is not None and method is not None:
+            if benchmark is not None:
+                return self._eval_idx.get((scope, variant, task, method, benchmark), df.iloc[0:0])
+            return self._eval_run_idx.get((scope, variant, task, method), df.iloc[0:0])
+        m = (df.scope == scope) & (df.variant == variant)
+        if task is not None:
+            m &= df.task == task
+        if method is not None:
+            m &= df.method == method
+        if benchmark is not None:
+            m &= df.benchmark == benchmark
+        return df[m]
+
+    # ---- per-seed values (the unit every mean, std and CI is computed over) ------------------
+    def eval_by_seed(self, task: str, method: str, benchmark: str, metric: str,
+                     scope: str = MAIN, variant: str = "") -> dict[int, float]:
+        """{seed: value} of one eval metric; NaN values are left out."""
+        df = self.eval_rows(scope, variant, task, method, benchmark)
+        if df.empty or metric not in df.columns:
+            return {}
+        return {int(s): float(v) for s, v in zip(df.seed, df[metric]) if not _isnan(v)}
+
+    def eval_macro_by_seed(self, tasks: Iterable[str], method: str, metric: str,
+                           scope: str = MAIN, variant: str = "") -> dict[int, float]:
+        """{seed: mean over the benchmarks of `tasks` (not "overall")} — the paper's "average over
+        benchmarks" (Table 1). A seed missing any benchmark of these tasks is left out."""
+        df = self.evals
+        if df.empty or metric not in df.columns:
+            return {}
+        df = df[(df.scope == scope) & (df.variant == variant) & df.task.isin(list(tasks))
+                & (df.method == method) & (df.benchmark != "overall")]
+        if df.empty:
+            return {}
+        expected = df.groupby("seed").benchmark.nunique().max()
+        out = {}
+        for seed, g in df.groupby("seed"):
+            vals = g[metric].astype(float)
+            if g.benchmark.nunique() == expected and not vals.isna().any():
+                out[int(seed)] = float(vals.mean())
+        return out
+
+    def steps_by_seed(self, task: str, method: str, column: str, reduce: str = "mean",
+                      scope: str = MAIN, variant: str = "", window: tuple[float, float] = (0.0, 1.0)
+                      ) -> dict[int, float]:
+        """{seed: reduction over training steps of one JSONL column}.
+
+        reduce: "mean" (NaN-skipping), "sum", "std" (ddof=1), "last".
+        window: the fraction of the run's steps to use, e.g. (0.8, 1.0) = the last fifth; steps are
+        picked by rank, always at least one step when the run has any.
+        """
+        df = self.step_rows(scope, variant, task, method)
+        if df.empty or column not in df.columns:
+            return {}
+        out = {}
+        for seed, g in df.groupby("seed"):
+            g = select_window(g.sort_values("step"), window)
+            vals = g[column].astype(float)
+            vals = vals[~vals.isna()]
+            if vals.empty:
+                continue
+            if reduce == "mean":
+                v = vals.mean()
+            elif reduce == "sum":
+                v = vals.sum()
+            elif reduce == "std":
+                v = vals.std(ddof=1) if len(vals) > 1 else math.nan
+            elif reduce == "last":
+                v = vals.iloc[-1]
+            else:
+                raise ValueError(f"unknown reduce {reduce!r}")
+            if not _isnan(v):
+                out[int(seed)] = float(v)
+        return out
+
+    def benchmarks(self, task: str, scope: str = MAIN, variant: str = "") -> list[str]:
+        """The task's benchmark names in difficulty order (easy, medium, hard, then the rest by name)."""
+        df = self.eval_rows(scope, variant, task)
+        if df.empty:
+            return []
+        return sort_benchmarks(b for b in df.benchmark.unique() if b != "overall")
+
+    def eval_k(self) -> int:
+        if not self.evals.empty:
+            return int(self.evals.k.max())
+        return int((self.cfg.get("eval") or {}).get("samples", 1))
+
+
+TIER_ORDER = {"easy": 0, "medium": 1, "hard": 2}
+
+
+def sort_benchmarks(names: Iterable[str]) -> list[str]:
+    def key(b: str):
+        tier = b.rsplit("-", 1)[-1]
+        return (b.rsplit("-", 1)[0] if tier in TIER_ORDER else b, TIER_ORDER.get(tier, 9), b)
+    return sorted(set(names), key=key)
+
+
+def benchmark_label(b: str) -> str:
+    """Short display name: "embedded-math-hard" -> "math-hard"; real benchmark names unchanged."""
+    return b[len("embedded-"):] if b.startswith("embedded-") else b
+
+
+def select_window(g: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
+    """Rows of one run (sorted by step) whose rank falls in the fraction `window` of the run."""
+    lo, hi = window
+    if (lo, hi) == (0.0, 1.0):
+        return g
+    n = len(g)
+    if n == 0:
+        return g
+    # the same rounding for every boundary, so adjacent windows do not overlap
+    i0 = min(int(math.floor(lo * n + 0.5)), n - 1)
+    i1 = max(int(math.floor(hi * n + 0.5)), i0 + 1)
+    return g.iloc[i0:i1]
+
+
+def _index(df: pd.DataFrame, keys: list[str]) -> dict[tuple, pd.DataFrame]:
+    if df.empty:
+        return {}
+    return {k: g for k, g in df.groupby(keys, sort=False)}
+
+
+def _isnan(v: Any) -> bool:
+    try:
+        return v is None or bool(np.isnan(v))
+    except TypeError:
+        return False
+
+
+def training_steps(cfg: dict[str, Any], method: str, task: str) -> int:
+    """The run's `train.steps` after its method section's override (vanilla: 0 = evaluated as is)."""
+    m = (cfg.get("method") or {}).get(method) or {}
+    return int(m.get("steps", (cfg.get("train") or {}).get("steps", 1)))
+
+
+def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
+    """Read every file the config asks for under `results`; absent ones go to `Results.missing`."""
+    root = Path(results)
+    step_rows: list[dict[str, Any]] = []
+    eval_rows: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for key in expected_runs(cfg):
+        tag = {"scope": key.scope, "variant": key.variant, "task": key.task, "method": key.method, "seed": key.seed}
+        mpath = run_dir(root, key.task, key.method, key.seed, key.scope, key.variant) / "metrics.jsonl"
+        if mpath.exists():
+            recs = read_metrics_jsonl(mpath, key)
+            step_rows += [{**r, **tag} for r in recs]
+            inputs.append({"kind": "metrics", **tag, "path": str(mpath), "records": len(recs)})
+        elif training_steps(cfg, key.method, key.task) > 0:  # steps: 0 (vanilla) writes no records
+            missing.append(str(mpath))
+        epath = eval_path(root, key.task, key.method, key.seed, key.scope, key.variant)
+        if epath.exists():
+            recs = read_eval_json(epath, key)
+            eval_rows += [{**r, **tag} for r in recs]
+            inputs.append({"kind": "eval", **tag, "path": str(epath), "records": len(recs)})
+        else:
+            missing.append(str(epath))
+    theory = None
+    tpath = root / "theory" / "theory_checks.csv"
+    if tpath.exists():
+        theory = read_theory(tpath)
+        inputs.append({"kind": "theory", "scope": "theory", "variant": "", "task": "", "method": "", "seed": -1,
+                       "path": str(tpath), "records": len(theory)})
+    else:
+        missing.append(str(tpath))
+    steps = pd.DataFrame(step_rows)
+    evals = pd.DataFrame(eval_rows)
+    for df in (steps, evals):
+        if not df.empty:
+            df["seed"] = df["seed"].astype(int)
+    if not steps.empty:
+        steps["step"] = steps["step"].astype(int)
+    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing)

@@ -1,0 +1,122 @@
+"""Seed statistics: mean, std, Student-t 95 % confidence intervals, paired differences, verdicts.
+
+The unit of replication is the training seed (paper §D: "each experiment is repeated three
+times"). A seed's value is one number per run (an eval metric, or a reduction over its training
+steps); means, sample standard deviations (ddof = 1) and CIs are over those numbers. Differences
+between two methods are paired by seed: runs with the same seed share the base model, the order
+of training prompts and the evaluation sampling seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+# two-sided 95 % quantiles of Student's t, t_{0.975, df} (standard tables); df > 120 -> normal.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
+         18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
+
+
+def t975(df: int) -> float:
+    """t_{0.975, df}; for df between table entries the next smaller tabled df (conservative)."""
+    if df < 1:
+        raise ValueError(f"t975: degrees of freedom must be >= 1, got {df}")
+    if df > 120:
+        return 1.960
+    best = max(d for d in _T975 if d <= df)
+    return _T975[best]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """mean, sample std (ddof=1) and 95 % t-interval of n values; std/CI are NaN when n < 2."""
+
+    mean: float
+    std: float
+    n: int
+    lo: float
+    hi: float
+    values: tuple[float, ...]
+
+
+def summarize(values: Iterable[float]) -> Summary:
+    vals = tuple(float(v) for v in values if v is not None and not math.isnan(float(v)))
+    n = len(vals)
+    if n == 0:
+        return Summary(math.nan, math.nan, 0, math.nan, math.nan, vals)
+    mean = float(np.mean(vals))
+    if n < 2:
+        return Summary(mean, math.nan, 1, math.nan, math.nan, vals)
+    std = float(np.std(vals, ddof=1))
+    half = t975(n - 1) * std / math.sqrt(n)
+    return Summary(mean, std, n, mean - half, mean + half, vals)
+
+
+def paired(a: Mapping[int, float], b: Mapping[int, float]) -> dict[int, float]:
+    """{seed: a[seed] - b[seed]} over the seeds both have."""
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
+
+
+def paired_ratio(a: Mapping[int, float], b: Mapping[int, float]) -> dict[int, float]:
+    """{seed: 100 (a/b - 1)} (percent change of a relative to b) over seeds both have, b != 0."""
+    return {s: 100.0 * (a[s] / b[s] - 1.0) for s in sorted(set(a) & set(b)) if b[s] != 0}
+
+
+def relative_gain(a: float, b: float) -> float:
+    """100 (a - b) / b, the paper's "x % higher" (NaN when b is 0 or NaN)."""
+    if b == 0 or math.isnan(a) or math.isnan(b):
+        return math.nan
+    return 100.0 * (a - b) / b
+
+
+# ------------------------------------------------------------------------------------------------
+# verdict rules (stated verbatim in the ledger)
+# ------------------------------------------------------------------------------------------------
+
+RULE_DIRECTION = (
+    "direction: the effect is a per-seed number whose sign the paper claims (> 0 or < 0). "
+    "reproduced if its 95 % t-interval over seeds excludes 0 on the paper's side; not reproduced if it "
+    "excludes 0 on the opposite side; otherwise inconclusive. With fewer than 2 seeds: inconclusive.")
+RULE_EQUIVALENCE = (
+    "equivalence(c ± m): the paper claims the quantity equals c. reproduced if the 95 % t-interval over "
+    "seeds lies inside [c - m, c + m]; not reproduced if it lies entirely outside; otherwise inconclusive. "
+    "With fewer than 2 seeds: inconclusive.")
+RULE_THEORY = (
+    "theory-check: a numerical check of `rtpo theory` on tabular MDPs (results/theory/theory_checks.csv). "
+    "reproduced if |monte_carlo - closed_form| <= tolerance (z·SE, see theory_checks.md) and any sign "
+    "the row claims holds (its `holds` column); otherwise not reproduced. Not a seed statistic: the CI "
+    "columns are empty and `ours` is the Monte Carlo value.")
+
+
+def direction_verdict(s: Summary, sign: int) -> str:
+    """Verdict of a signed claim (sign = +1: paper says effect > 0; -1: < 0)."""
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}")
+    if s.n < 2 or math.isnan(s.lo):
+        return INCONCLUSIVE
+    lo, hi = s.lo * sign, s.hi * sign
+    if sign < 0:
+        lo, hi = hi, lo
+    if lo > 0:
+        return REPRODUCED
+    if hi < 0:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def equivalence_verdict(s: Summary, center: float, margin: float) -> str:
+    if s.n < 2 or math.isnan(s.lo):
+        return INCONCLUSIVE
+    if center - margin <= s.lo and s.hi <= center + margin:
+        return REPRODUCED
+    if s.hi < center - margin or s.lo > center + margin:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE

@@ -1,0 +1,243 @@
+"""A small synthetic results tree in the exact file formats of docs/ARCHITECTURE.md, for the report tests.
+
+`make_results_tree(root, cfg)` writes, for every run the config names,
+    results/runs/{task}/{method}/seed{seed}/metrics.jsonl + summary.json
+    results/eval/{task}/{method}/seed{seed}.json
+    results/ablations/{study}/{variant}/{task}/{method}/seed{seed}/metrics.jsonl (+ summary.json)
+    results/ablations/{study}/{variant}/{task}/{method}/eval_seed{seed}.json
+    results/theory/theory_checks.csv
+with random numbers (seeded) shaped like the real ones: JSONL keys as rtpo.instrument writes them
+(sorted, nulls where a method lacks the notion: an untrained method has no ratio, KL or advantages;
+a run with `steps: 0`, vanilla in the shipped configs, has no metrics.jsonl at all), eval JSON
+as rtpo.eval.evaluate writes it (per benchmark embedded-{task}-{tier} and "overall").
+
+Planted effects, only so both directions of the verdict rule are exercised (this is test data,
+not a result): RTPO's eval pass@1 is PLANT_RTPO_VS_VANILLA above Vanilla's in every seed, and in the
+continuation study off-policy beats on-policy output-hit by PLANT_OFF_BEATS_ON in every seed.
+The path layout is written out here independently of rtpo.report.load, so a layout bug there fails.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TIERS = ("easy", "medium", "hard")
+TOKEN_KINDS = {"vanilla": ("chain",), "grpo": ("chain",), "seeupo": ("chain",), "tree_grpo": ("tree",),
+               "arpo": ("chain", "branch"), "rtpo": ("trunk", "sibling", "continuation"),
+               "rtpo_ca": ("trunk", "sibling", "continuation")}
+PLANT_RTPO_VS_VANILLA = 0.2
+PLANT_OFF_BEATS_ON = 0.15
+
+THEORY_ROWS = [
+    {"check": "Thm 1(b) recursive optimality", "paper_claim": "reverse-order updates converge (§C.2)",
+     "quantity": "suboptimal greedy actions", "closed_form": 0.0, "monte_carlo": 0.0, "tolerance": 0.0,
+     "holds": True, "note": "synthetic"},
+    {"check": "C.3 paper's factor (G-2)/(G-1), G=3", "paper_claim": "finite-group factor (§C.3)",
+     "quantity": "E[A_hat]/A", "closed_form": 0.5, "monte_carlo": 0.64, "tolerance": 0.07, "holds": False,
+     "note": "synthetic, a row that does not hold"},
+    {"check": "Thm 1 interpretation", "paper_claim": "freezing needed (§C.2)", "quantity": "RMS ratio",
+     "closed_form": None, "monte_carlo": 1.2, "tolerance": None, "holds": True, "note": "ratio row"},
+]
+
+
+def fixture_config(base: str | Path = ROOT / "config" / "config.yaml", **changes: Any) -> dict[str, Any]:
+    """The CPU-default config with `changes` applied (dotted keys: {"train.steps": 6})."""
+    cfg = yaml.safe_load(Path(base).read_text())
+    for key, val in changes.items():
+        node = cfg
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = copy.deepcopy(val)
+    return cfg
+
+
+def write_config(cfg: dict[str, Any], path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return p
+
+
+def _variant_dir(study: str, value: Any) -> str:
+    if study == "group_size":
+        return f"G{value}"
+    if study == "credit_assignment":
+        return "psi-" + str(value).replace(":", "-")
+    return str(value).replace(":", "-")
+
+
+def step_record(rng: random.Random, method: str, task: str, seed: int, step: int, steps: int,
+                group_size: int = 3, sync: str = "per_stage") -> dict[str, Any]:
+    """One metrics.jsonl record as rtpo.train writes it (keys sorted when dumped)."""
+    progress = step / max(1, steps - 1)
+    trains = method != "vanilla"
+    reward = min(1.0, max(0.0, 0.2 + 0.3 * progress * trains + rng.uniform(-0.1, 0.1)))
+    n = 4
+    succ = round(reward * n) / n
+    calls = rng.randint(0, 12)
+    errors = rng.randint(0, calls)
+    trunk_calls = rng.randint(0, 6)
+    tokens = {k: rng.randint(100, 2000) for k in TOKEN_KINDS.get(method, ("chain",))}
+    rollout, update = rng.uniform(0.5, 2.0), (rng.uniform(0.2, 1.0) if trains else 0.0)
+    time = {"rollout": round(rollout, 4), "total": round(rollout + update + 0.01, 4)}
+    if trains:
+        time["update"] = round(update, 4)
+    if method.startswith("rtpo"):
+        time["siblings"] = round(rng.uniform(0.5, 2.0), 4)
+        time["total"] = round(time["total"] + time["siblings"], 4)
+    ratio = None if not trains else (1.0 - rng.uniform(0, 1e-6) if method.startswith("rtpo")
+                                     else rng.uniform(0.85, 1.02))
+    kl = None if not trains else (rng.uniform(0, 1e-6) if method.startswith("rtpo") else rng.uniform(0.001, 0.05))
+    zero = None if not trains else min(1.0, max(0.0, 0.9 - 0.05 * group_size + rng.uniform(-0.05, 0.05)))
+    failed = max(0, n - round(succ * n))
+    rec: dict[str, Any] = {
+        "step": step, "method": method, "task": task, "seed": seed, "psi": "qwen3",
+        "reward_mean": reward, "success_rate": succ, "ratio_mean": ratio, "kl_rollout_train": kl,
+        "zero_adv_frac": zero, "tokens": tokens, "trained_tokens": rng.randint(50, 500) if trains else 0,
+        "rollouts_per_prompt": float(rng.choice([2, 4, 8])), "tool_calls": calls, "tool_errors": errors,
+        "syncs": (0 if not trains else (3 if sync == "per_stage" else rng.choice([1, 2]))),
+        "time": time,
+        "turns": ([{"k": k, "ratio_mean": ratio, "kl_rollout_train": kl, "zero_adv_frac": zero, "groups": 2,
+                    "trained_tokens": 40} for k in (2, 1, 0)] if method.startswith("rtpo") else []),
+        "trunks": {"n": n, "first_turn_fail_frac": rng.randint(0, failed) / n,
+                   "no_terminal_frac": rng.randint(0, failed) / n,
+                   "failed_len_mean": rng.uniform(1, 3) if failed else None,
+                   "tool_calls_per_trunk": trunk_calls / n, "tokens_per_trunk": rng.uniform(20, 60),
+                   "tool_success_rate": rng.uniform(0.5, 1.0) if trunk_calls else None,
+                   "turns_mean": rng.uniform(1, 3)},
+        "lr": 2e-4, "weight_version": step * 3, "train_version": step + 1,
+    }
+    if trains:
+        rec["loss"] = rng.uniform(-0.1, 0.1)
+        rec["grad_norm"] = rng.uniform(0.1, 1.0)
+    return rec
+
+
+def eval_doc(rng: random.Random, method: str, task: str, seed: int, k: int, n: int, model: str,
+             bonus: float = 0.0) -> dict[str, Any]:
+    """One eval JSON as rtpo.eval.evaluate writes it."""
+    def bench(n_tasks: int) -> dict[str, Any]:
+        p1 = min(1.0, max(0.0, rng.uniform(0.1, 0.5) + bonus))
+        calls = rng.uniform(0, 3)
+        d = {"n": n_tasks, "samples": n_tasks * k, "pass@1": p1, f"pass@{k}": min(1.0, p1 + rng.uniform(0, 0.3)),
+             "reward": p1, "tool_calls_per_traj": calls,
+             "tool_success_rate": rng.uniform(0.5, 1.0) if calls > 0 else None,
+             "truncation_rate": rng.uniform(0, 0.5), "normal_termination_rate": rng.uniform(0.4, 1.0),
+             "response_tokens": rng.uniform(20, 80), "tokens_per_success": rng.uniform(30, 120) if p1 > 0 else None}
+        if task == "search":
+            d.update(em=p1, f1=min(1.0, p1 + 0.05), hit=min(1.0, p1 + 0.1))
+        return d
+    per = max(1, n // len(TIERS))
+    benches = {f"embedded-{task}-{t}": bench(per) for t in TIERS}
+    overall = bench(per * len(TIERS))
+    return {"task": task, "method": method, "seed": seed, "model": model, "k": k, "psi": "qwen3",
+            "wall_s": rng.uniform(1, 5), "benchmarks": benches, "overall": overall}
+
+
+def _write_run(run: Path, rng: random.Random, method: str, task: str, seed: int, steps: int, **kw: Any) -> None:
+    """metrics.jsonl (absent with 0 steps, as rtpo.train leaves it) and summary.json."""
+    run.mkdir(parents=True, exist_ok=True)
+    recs = [step_record(rng, method, task, seed, s, steps, **kw) for s in range(steps)]
+    if recs:
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+    summary = {"method": method, "task": task, "seed": seed, "steps": steps, "psi": "qwen3",
+               "wall_s_this_run": 1.0, "reward_first": recs[0]["reward_mean"] if recs else None,
+               "reward_last": recs[-1]["reward_mean"] if recs else None,
+               "tokens_total": sum(sum(r["tokens"].values()) for r in recs),
+               "time_total": sum(r["time"]["total"] for r in recs)}
+    (run / "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+def _steps(cfg: dict[str, Any], method: str, default: int) -> int:
+    """The method section's `steps` override (config.yaml: vanilla: {steps: 0}) or train.steps."""
+    return int(((cfg.get("method") or {}).get(method) or {}).get("steps", default))
+
+
+def make_results_tree(root: str | Path, cfg: dict[str, Any], seed: int = 0, theory: bool = True) -> Path:
+    """Write the synthetic tree for `cfg` under root/results; returns that results dir."""
+    rng = random.Random(seed)
+    res = Path(root) / "results"
+    steps, k = int(cfg["train"]["steps"]), int(cfg["eval"]["samples"])
+    n_eval = 6
+    for task in cfg["tasks"]:
+        for method in cfg["methods"]:
+            for s in cfg["seeds"]:
+                run = res / "runs" / task / method / f"seed{s}"
+                _write_run(run, rng, method, task, s, _steps(cfg, method, steps))
+                doc = eval_doc(rng, method, task, s, k, n_eval, str(run / "final"))
+                p = res / "eval" / task / method / f"seed{s}.json"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    _plant_exact_gap(res, cfg)
+    abl = cfg.get("ablations", {})
+    for study, spec in abl.items():
+        if not isinstance(spec, dict) or "task" not in spec:
+            continue
+        values = spec.get("values", [spec.get("psi")])
+        for value in values:
+            vdir = _variant_dir(study, value)
+            for method in spec.get("methods", ["rtpo"]):
+                for s in abl.get("seeds", cfg["seeds"]):
+                    base = res / "ablations" / study / vdir / spec["task"] / method
+                    kw = {"group_size": int(value)} if study == "group_size" else {}
+                    if study == "sync":
+                        kw["sync"] = str(value)
+                    _write_run(base / f"seed{s}", rng, method, spec["task"], s, _steps(cfg, method, steps), **kw)
+                    bonus = PLANT_OFF_BEATS_ON if (study == "continuation" and value == "off_policy") else 0.0
+                    doc = eval_doc(rng, method, spec["task"], s, k, n_eval, str(base / f"seed{s}" / "final"), bonus)
+                    (base / f"eval_seed{s}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
+    if study_has(abl, "continuation"):
+        _plant_continuation(res, cfg)
+    if theory:
+        import pandas as pd
+        (res / "theory").mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(THEORY_ROWS).to_csv(res / "theory" / "theory_checks.csv", index=False)
+    return res
+
+
+def study_has(abl: dict[str, Any], name: str) -> bool:
+    return isinstance(abl.get(name), dict)
+
+
+def _plant_exact_gap(res: Path, cfg: dict[str, Any]) -> None:
+    """Set Vanilla's pass@1 = RTPO's - PLANT_RTPO_VS_VANILLA on every benchmark (clipped at 0 by raising RTPO)."""
+    if "rtpo" not in cfg["methods"] or "vanilla" not in cfg["methods"]:
+        return
+    for task in cfg["tasks"]:
+        for s in cfg["seeds"]:
+            pr, pv = res / "eval" / task / "rtpo" / f"seed{s}.json", res / "eval" / task / "vanilla" / f"seed{s}.json"
+            r, v = json.loads(pr.read_text()), json.loads(pv.read_text())
+            for b in [*r["benchmarks"], "overall"]:
+                rb = r["benchmarks"][b] if b != "overall" else r["overall"]
+                vb = v["benchmarks"][b] if b != "overall" else v["overall"]
+                rb["pass@1"] = max(rb["pass@1"], PLANT_RTPO_VS_VANILLA + 0.05)
+                vb["pass@1"] = rb["pass@1"] - PLANT_RTPO_VS_VANILLA
+            pr.write_text(json.dumps(r, indent=1, sort_keys=True))
+            pv.write_text(json.dumps(v, indent=1, sort_keys=True))
+
+
+def _plant_continuation(res: Path, cfg: dict[str, Any]) -> None:
+    """Set off_policy hit = on_policy hit + PLANT_OFF_BEATS_ON on every benchmark of the continuation study."""
+    spec = cfg["ablations"]["continuation"]
+    if not {"on_policy", "off_policy"} <= set(spec["values"]):
+        return
+    for s in cfg["ablations"].get("seeds", cfg["seeds"]):
+        base = res / "ablations" / "continuation"
+        pon = base / "on_policy" / spec["task"] / "rtpo" / f"eval_seed{s}.json"
+        poff = base / "off_policy" / spec["task"] / "rtpo" / f"eval_seed{s}.json"
+        on, off = json.loads(pon.read_text()), json.loads(poff.read_text())
+        for b in [*on["benchmarks"], "overall"]:
+            ob = on["benchmarks"][b] if b != "overall" else on["overall"]
+            fb = off["benchmarks"][b] if b != "overall" else off["overall"]
+            ob["hit"] = min(ob["hit"], 1 - PLANT_OFF_BEATS_ON - 0.01)
+            fb["hit"] = ob["hit"] + PLANT_OFF_BEATS_ON
+        pon.write_text(json.dumps(on, indent=1, sort_keys=True))
+        poff.write_text(json.dumps(off, indent=1, sort_keys=True))
