@@ -1,0 +1,370 @@
+"""The Snakemake workflow (issue 6): config validation, the DAG of every config, lint, the smoke DAG
+end to end, reruns (params change, deleted seed) and submission through the real Slurm executor
+plugin with fake Slurm commands (tests/fake_slurm/).
+
+Every test runs the real `snakemake` of this environment in a subprocess, in a temporary working
+copy of workflow/ and config/ (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT, copy_workdir, run_snakemake, workflow_copy
+
+CONFIGS = ["config", "smoke", "paper", "smollm2"]
+FAKE_SLURM = ROOT / "tests" / "fake_slurm"
+REPORT_RULES = {"tables", "figures", "ledger", "report_assets"}
+
+
+def load(name: str, root: Path = ROOT) -> dict:
+    """config/<name>.yaml of the repository, or of a working copy (the smoke fixture's snapshot)."""
+    return yaml.safe_load((root / "config" / f"{name}.yaml").read_text())
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> number of jobs."""
+    m = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\ntotal\s+(\d+)", output, re.S)
+    assert m, f"no job stats in:\n{output[-2000:]}"
+    counts = {}
+    for line in m.group(1).splitlines():
+        name, n = line.split()
+        counts[name] = int(n)
+    assert sum(counts.values()) == int(m.group(2))
+    return counts
+
+
+def dry_run_jobs(output: str) -> list[dict[str, str]]:
+    """The jobs a dry run lists: [{"rule", "output", "reason", "wildcards"}]."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", output):
+        m = re.match(r"(?:local)?rule (\w+):\n", block)
+        if not m:
+            continue
+        job = {"rule": m.group(1)}
+        for key in ("output", "reason", "wildcards"):
+            km = re.search(rf"^    {key}: (.*)$", block, re.M)
+            job[key] = km.group(1) if km else ""
+        jobs.append(job)
+    return jobs
+
+
+def ablation_cell_count(cfg: dict) -> int:
+    """Ablation (variant, method, seed) cells, counted from the config independently of the workflow."""
+    a = cfg["ablations"]
+    seeds = len(a["seeds"])
+    n = sum(len(a[s]["values"]) for s in ("group_size", "sync", "continuation") if s in a)
+    n += len(a["credit_assignment"]["methods"]) if "credit_assignment" in a else 0
+    return n * seeds
+
+
+@pytest.fixture(scope="module")
+def wf(tmp_path_factory) -> Path:
+    """A fresh working copy for dry runs (they write only results/config/<name>-<hash>.yaml)."""
+    return workflow_copy(tmp_path_factory.mktemp("wf"))
+
+
+# ------------------------------------------------------------------------------------------------
+# dry runs, lint, config validation
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_dry_run_of_every_config(wf, name):
+    """Each config parses, validates and gives the full DAG: main grid, ablations, theory, report."""
+    r = run_snakemake(wf, "-n", "--configfile", f"config/{name}.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    counts = job_counts(r.stdout)
+    cfg = load(name)
+    grid = len(cfg["tasks"]) * len(cfg["seeds"])
+    for m in cfg["methods"]:
+        assert counts.get(f"train_{m}") == grid, (m, counts)
+    assert counts["evaluate_run"] == grid * len(cfg["methods"])
+    cells = ablation_cell_count(cfg)
+    assert counts.get("ablation_train", 0) + counts.get("ablation_reuse_run", 0) == cells
+    assert counts.get("ablation_evaluate", 0) + counts.get("ablation_reuse_eval", 0) == cells
+    assert counts["prepare_data"] == 3 and counts["base_model"] == 1 and counts["theory"] == 1
+    assert counts.get("tokenizer", 0) == (1 if cfg["model"]["source"] == "tiny" else 0)
+    for rule in REPORT_RULES | {"all"}:
+        assert counts[rule] == 1
+    # the effective config the rtpo commands read is this config, validated
+    from rtpo.config import load_config
+
+    written = sorted((wf / "results" / "config").glob(f"{cfg['name']}-*.yaml"))
+    assert written, "no effective config written"
+    eff = load_config(written[-1])
+    assert {k: v for k, v in eff.items() if k != "ablations"} == {k: v for k, v in cfg.items() if k != "ablations"}
+
+
+def test_cpu_default_reuses_identical_ablation_variants(wf):
+    """G3, sync per_stage and on-policy continuation equal the main RTPO runs of config.yaml: copied,
+    not retrained; everything else trains."""
+    r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
+    for s in (0, 1, 2):
+        for key in (f"group_size/G3/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
+                    f"continuation/on_policy/search/rtpo/seed{s}"):
+            assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
+        for key in (f"group_size/G2/airline/rtpo/seed{s}", f"sync/kl-0.01/search/rtpo/seed{s}",
+                    f"continuation/off_policy/search/rtpo/seed{s}", f"credit_assignment/psi-full/math/grpo/seed{s}"):
+            assert rules[f"results/ablations/{key}/summary.json"] == "ablation_train", key
+    # with reuse switched off every cell trains
+    cfg = load("config")
+    cfg["ablations"]["reuse_main_runs"] = False
+    (wf / "config" / "noreuse.yaml").write_text(yaml.safe_dump(cfg))
+    r = run_snakemake(wf, "-n", "--configfile", "config/noreuse.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    counts = job_counts(r.stdout)
+    assert counts["ablation_train"] == ablation_cell_count(cfg) and "ablation_reuse_run" not in counts
+
+
+def test_paper_dag_lists_every_cell(wf):
+    """config/paper.yaml: every method x task x 3 seeds is trained and evaluated, every ablation
+    cell has its run and eval file, and the theory, tables, figures and ledger are built."""
+    cfg = load("paper")
+    assert cfg["seeds"] == [0, 1, 2] and cfg["ablations"]["seeds"] == [0, 1, 2]
+    r = run_snakemake(wf, "--summary", "--configfile", "config/paper.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    rows = [line.split("\t") for line in r.stdout.splitlines()[1:] if "\t" in line]
+    rule_of = {row[0]: row[2] for row in rows}
+    for t in cfg["tasks"]:
+        for m in cfg["methods"]:
+            for s in cfg["seeds"]:
+                assert rule_of[f"results/runs/{t}/{m}/seed{s}/summary.json"] == f"train_{m}"
+                assert rule_of[f"results/runs/{t}/{m}/seed{s}/final"] == f"train_{m}"
+                assert rule_of[f"results/eval/{t}/{m}/seed{s}.json"] == "evaluate_run"
+    a = cfg["ablations"]
+    expected = []
+    for g in a["group_size"]["values"]:
+        expected.append(("group_size", f"G{g}", a["group_size"]["task"], "rtpo"))
+    for v in a["sync"]["values"]:
+        expected.append(("sync", v.replace(":", "-"), a["sync"]["task"], "rtpo"))
+    for v in a["continuation"]["values"]:
+        expected.append(("continuation", v, a["continuation"]["task"], "rtpo"))
+    for m in a["credit_assignment"]["methods"]:
+        expected.append(("credit_assignment", f"psi-{a['credit_assignment']['psi']}", a["credit_assignment"]["task"], m))
+    assert len(expected) * 3 == ablation_cell_count(cfg) == 36
+    for study, variant, task, method in expected:
+        for s in a["seeds"]:
+            base = f"results/ablations/{study}/{variant}/{task}/{method}"
+            assert rule_of[f"{base}/seed{s}/summary.json"] in ("ablation_train", "ablation_reuse_run")
+            assert rule_of[f"{base}/eval_seed{s}.json"] in ("ablation_evaluate", "ablation_reuse_eval")
+    assert {"kl-0.01", "interval-2", "per_stage"} <= {v for st, v, _, _ in expected if st == "sync"}
+    # paper scale: no tokenizer (Qwen3-8B brings its own), the base model is fetched
+    assert "results/models/tokenizer" not in rule_of and rule_of["results/models/base"] == "base_model"
+    for f, rule in [("results/theory", "theory"), ("results/tables/.tables.done", "tables"),
+                    ("figures/.figures.done", "figures"), ("results/tables/claims.csv", "ledger"),
+                    ("results/tables/claims.md", "ledger")]:
+        assert rule_of[f] == rule
+
+
+def test_lint(wf):
+    r = run_snakemake(wf, "--lint")
+    assert r.returncode == 0, r.stdout[-3000:] + (r.stdout + r.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["train"].update(lrr=1e-4), "invalid config at 'train': Additional properties are not allowed ('lrr' was unexpected)"),
+    (lambda c: c["method"]["grpo"].update(chainz=4), "invalid config at 'method.grpo': Additional properties are not allowed ('chainz' was unexpected)"),
+    (lambda c: c["env"]["math"].update(psi="qwen4"), "invalid config at 'env.math.psi'"),
+    (lambda c: c["method"].pop("arpo"), "'method.arpo' is missing"),
+])
+def test_bad_config_names_the_key(wf, edit, message):
+    cfg = load("smoke")
+    edit(cfg)
+    (wf / "config" / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    r = run_snakemake(wf, "-n", "--configfile", "config/bad.yaml")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert message in out, out[-2000:]
+    assert "config/bad.yaml" in out  # the error names the file too
+
+
+def test_targets_select_their_part_of_the_dag(wf):
+    """Targets data / train / evaluate / ablations and `--until` stop where they should."""
+    def rules(*args):
+        r = run_snakemake(wf, "-n", *args, "--configfile", "config/smoke.yaml")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        return set(job_counts(r.stdout))
+
+    assert rules("data") == {"prepare_data", "data"}
+    train = rules("train")
+    assert {"train_rtpo", "base_model", "tokenizer"} <= train and not train & {"evaluate_run", "ablation_train"}
+    until = rules("--until", "evaluate")
+    assert "evaluate_run" in until and not until & (REPORT_RULES | {"ablation_train", "theory"})
+    abl = rules("ablations")
+    assert {"ablation_train", "ablation_reuse_eval", "theory"} <= abl and not abl & REPORT_RULES
+
+
+def test_slurm_profile_selects_paper_and_gpus(wf):
+    """`--profile slurm` from the repository root: ./slurm is a relative link to the profile, which
+    selects config/paper.yaml and the slurm executor, with GPU resources on the training rules;
+    no default profile that could select Slurm."""
+    link = ROOT / "slurm"
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
+    assert link.resolve() == (ROOT / "workflow" / "profiles" / "slurm").resolve()
+    default = ROOT / "workflow" / "profiles" / "default"
+    assert not default.exists() or "slurm" not in "".join(p.read_text() for p in default.glob("*.yaml"))
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["configfile"] == "config/paper.yaml"
+    for rule in [f"train_{m}" for m in load("paper")["method"]] + ["ablation_train"]:
+        res = profile["set-resources"][rule]
+        assert res["gpu"] >= 1 and {"runtime", "mem_mb", "cpus_per_task", "slurm_partition"} <= set(res), rule
+    env = {"RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
+    r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    counts = job_counts(r.stdout)
+    assert counts["train_rtpo"] == 9 and "tokenizer" not in counts  # paper.yaml: hf model, 3 tasks x 3 seeds
+    train_job = next(j for j in r.stdout.split("\nrule ") if j.startswith("train_grpo:"))
+    assert "gpu=8" in train_job and "slurm_partition=gpu" in train_job
+
+
+# ------------------------------------------------------------------------------------------------
+# the smoke DAG end to end, and reruns on top of it
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_smoke_dag_end_to_end(smoke_results, tmp_path):
+    """Every run, eval, ablation, theory, table and figure file exists; the DAG is then complete."""
+    work = smoke_results
+    cfg = load("smoke", work)
+    for t in cfg["tasks"]:
+        for m in cfg["methods"]:
+            for s in cfg["seeds"]:
+                run = work / "results" / "runs" / t / m / f"seed{s}"
+                summary = json.loads((run / "summary.json").read_text())
+                assert summary["method"] == m and summary["task"] == t and summary["seed"] == s
+                steps = cfg["method"][m].get("steps", cfg["train"]["steps"])  # vanilla: 0, the base model
+                if steps:
+                    assert len((run / "metrics.jsonl").read_text().splitlines()) == steps
+                assert (run / "final" / "config.json").exists()
+                assert (run / ".rtpo-job").read_text().split()[1] == "complete"
+                ev = json.loads((work / "results" / "eval" / t / m / f"seed{s}.json").read_text())
+                assert ev["method"] == m and ev["benchmarks"] and "pass@1" in ev["overall"]
+                assert (work / "results" / "benchmarks" / "train" / t / m / f"seed{s}.tsv").exists()
+    abl = sorted((work / "results" / "ablations").glob("*/*/*/*/eval_seed*.json"))
+    assert len(abl) == ablation_cell_count(cfg)
+    reused = sorted((work / "results" / "ablations").glob("*/*/*/*/seed*/reused_from.txt"))
+    assert reused, "smoke.yaml has variants identical to main runs (G2, per_stage, on_policy)"
+    for marker in reused:
+        src = work / marker.read_text().strip()
+        assert (marker.parent / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+    assert any((work / "results" / "theory").iterdir())
+    tables = work / "results" / "tables"
+    for ext in ("csv", "md", "tex"):
+        assert [p for p in tables.glob(f"*.{ext}") if not p.name.startswith("claims")], ext
+    assert (tables / "claims.csv").stat().st_size > 0 and (tables / "claims.md").stat().st_size > 0
+    assert list((work / "figures").glob("*.png")) and list((work / "figures").glob("*.pdf"))
+    assert list((work / "results" / "report" / "figures").glob("*.png"))
+    r = run_snakemake(work, "-n", "--configfile", "config/smoke.yaml")
+    assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, r.stdout[-3000:]
+    # `snakemake --report`: the figures and tables marked for it are in the HTML report
+    r = run_snakemake(work, "--report", str(tmp_path / "report.zip"), "--configfile", "config/smoke.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    with zipfile.ZipFile(tmp_path / "report.zip") as z:
+        names = z.namelist()
+    assert any(n.endswith("report.html") for n in names)
+    for fig in (work / "figures").glob("*.png"):
+        assert any(n.endswith("/" + fig.name) for n in names), fig.name
+
+
+@pytest.mark.slow
+def test_changing_one_methods_lr_reruns_only_its_jobs(smoke_results, tmp_path):
+    """method.grpo.lr changed: the dry run (all rerun triggers) reruns grpo's training jobs, because
+    their params changed, then what depends on them; nothing else."""
+    work = smoke_results
+    cfg = load("smoke", work)
+    cfg["method"]["grpo"]["lr"] = cfg["train"]["lr"] / 2
+    (tmp_path / "lr.yaml").write_text(yaml.safe_dump(cfg))
+    r = run_snakemake(work, "-n", "--configfile", str(tmp_path / "lr.yaml"))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    jobs = dry_run_jobs(r.stdout)
+    trains = [j for j in jobs if j["rule"].startswith("train_") or j["rule"] == "ablation_train"]
+    grid = {(t, s) for t in cfg["tasks"] for s in cfg["seeds"]}
+    assert {j["rule"] for j in trains} == {"train_grpo", "ablation_train"}
+    assert {tuple(re.findall(r"task=(\w+), seed=(\d+)", j["wildcards"])[0]) for j in trains
+            if j["rule"] == "train_grpo"} == {(t, str(s)) for t, s in grid}
+    # the credit-assignment ablation runs grpo too (under psi=full): its cells rerun, rtpo_ca's do not
+    assert all("/grpo/" in j["output"] for j in trains if j["rule"] == "ablation_train")
+    assert len([j for j in trains if j["rule"] == "ablation_train"]) == len(cfg["ablations"]["seeds"])
+    for j in trains:
+        assert j["reason"].startswith("Params have changed since last execution"), j
+    evals = [j for j in jobs if j["rule"] in ("evaluate_run", "ablation_evaluate")]
+    assert evals and all("/grpo/" in j["output"] for j in evals)
+    assert all("Input files updated by another job" in j["reason"] for j in evals)
+    others = {j["rule"] for j in jobs} - {"train_grpo", "ablation_train", "evaluate_run", "ablation_evaluate"}
+    assert others == REPORT_RULES | {"all"}
+    # and the untouched config changes nothing
+    r = run_snakemake(work, "-n", "--configfile", "config/smoke.yaml")
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", ["summary.json", "final"])
+def test_deleting_one_seed_reruns_only_that_cell(smoke_results, tmp_path, victim):
+    work = copy_workdir(smoke_results, tmp_path / "work")
+    target = work / "results" / "runs" / "math" / "grpo" / "seed0" / victim
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    r = run_snakemake(work, "-n", "--configfile", "config/smoke.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    jobs = dry_run_jobs(r.stdout)
+    by_rule = {}
+    for j in jobs:
+        by_rule.setdefault(j["rule"], []).append(j)
+    assert set(by_rule) == {"train_grpo", "evaluate_run"} | REPORT_RULES | {"all"}
+    assert [j["wildcards"] for j in by_rule["train_grpo"]] == ["task=math, seed=0"]
+    assert "Missing output files" in by_rule["train_grpo"][0]["reason"]
+    assert [j["output"] for j in by_rule["evaluate_run"]] == ["results/eval/math/grpo/seed0.json"]
+
+
+@pytest.mark.slow
+def test_forcerun_one_method_reruns_its_cells(smoke_results):
+    r = run_snakemake(smoke_results, "-n", "--configfile", "config/smoke.yaml", "--forcerun", "train_rtpo")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    counts = job_counts(r.stdout)
+    cfg = load("smoke", smoke_results)
+    assert counts["train_rtpo"] == len(cfg["tasks"]) * len(cfg["seeds"])
+    assert not [k for k in counts if k.startswith("train_") and k != "train_rtpo"] and "ablation_train" not in counts
+    # the ablation variants identical to the main rtpo runs are copies of them: refreshed too
+    assert counts["ablation_reuse_run"] == counts["ablation_reuse_eval"] > 0
+
+
+@pytest.mark.slow
+def test_slurm_executor_submits_with_fake_slurm(smoke_results, tmp_path):
+    """The real slurm executor plugin with fake sbatch/srun/sacct/squeue/sacctmgr/scontrol on PATH:
+    retraining one cell submits its training job with a GPU request and its evaluation; the
+    tables, figures and ledger run locally (never through sbatch)."""
+    work = copy_workdir(smoke_results, tmp_path / "work")
+    state = tmp_path / "slurm_state"
+    state.mkdir()
+    env = {"PATH": f"{FAKE_SLURM}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_SLURM_DIR": str(state), "RTPO_SLURM_ACCOUNT": "rtpo_test", "RTPO_SLURM_PARTITION": "cpu",
+           "RTPO_SLURM_GPU_PARTITION": "gpu"}
+    tables_before = (work / "results" / "tables" / ".tables.done").stat().st_mtime
+    cell = "results/runs/math/grpo/seed0/summary.json"
+    r = run_snakemake(work, "--profile", "slurm", "--configfile", "config/smoke.yaml", "--forcerun", cell,
+                      "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
+                      env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    calls = [json.loads(line) for line in (state / "calls.jsonl").read_text().splitlines()]
+    sbatch = [c["argv"] for c in calls if c["cmd"] == "sbatch"]
+    # the plugin's --comment is rule_<rule>_wildcards_<values joined by _>
+    submitted = {a[a.index("--comment") + 1].removeprefix("rule_").split("_wildcards_")[0]: a for a in sbatch}
+    assert sorted(submitted) == ["evaluate_run", "train_grpo"] and len(sbatch) == 2, sbatch
+    train = submitted["train_grpo"]
+    assert any(a.startswith("--gpus=") for a in train), train
+    assert train[train.index("-A") + 1] == "rtpo_test" and train[train.index("-p") + 1] == "gpu"
+    assert any(a.startswith("--gpus=") for a in submitted["evaluate_run"])  # paper-scale evaluation runs on a GPU
+    assert any(c["cmd"] == "srun" for c in calls) and any(c["cmd"] in ("sacct", "squeue") for c in calls)
+    # the local rules did run, after the retrained cell
+    assert (work / "results" / "tables" / ".tables.done").stat().st_mtime > tables_before
+    assert (work / "results" / "runs" / "math" / "grpo" / "seed0" / "summary.json").exists()

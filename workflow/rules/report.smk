@@ -1,0 +1,82 @@
+"""Tables, figures and the claim ledger (`rtpo report`, rtpo/report/), all local rules.
+
+The report code decides its file names, so the tables and figures rules declare a sentinel file
+written after the command succeeds (results/tables/.tables.done, figures/.figures.done); the
+ledger's files are fixed: results/tables/claims.{csv,md}. report_assets copies the PNG figures and
+CSV tables into results/report/ as directories marked for `snakemake --report`.
+"""
+
+
+rule tables:
+    input:
+        all_results(),
+    output:
+        touch("results/tables/.tables.done"),
+    params:
+        settings=fingerprint(config),
+        config=config_path,
+    log:
+        "results/logs/report/tables.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo report tables --config {params.config} --results results --tables $(dirname {output}) > {log} 2>&1"
+
+
+rule figures:
+    input:
+        all_results(),
+    output:
+        touch("figures/.figures.done"),
+    params:
+        settings=fingerprint(config),
+        config=config_path,
+    log:
+        "results/logs/report/figures.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo report figures --config {params.config} --results results --figures $(dirname {output}) > {log} 2>&1"
+
+
+rule ledger:
+    input:
+        all_results(),
+        tables="results/tables/.tables.done",
+        figures="figures/.figures.done",
+    output:
+        csv="results/tables/claims.csv",
+        md="results/tables/claims.md",
+    params:
+        settings=fingerprint(config),
+        config=config_path,
+    log:
+        "results/logs/report/ledger.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo report ledger --config {params.config} --results results --tables $(dirname {output.csv}) "
+        "> {log} 2>&1"
+
+
+rule report_assets:
+    input:
+        tables="results/tables/.tables.done",
+        figures="figures/.figures.done",
+        ledger="results/tables/claims.csv",
+    output:
+        figures=report(directory("results/report/figures"), patterns=["{name}.png"],
+                       caption="../report/figures.rst", category="Figures"),
+        tables=report(directory("results/report/tables"), patterns=["{name}.csv"],
+                      caption="../report/tables.rst", category="Tables"),
+    log:
+        "results/logs/report/report_assets.log",
+    conda:
+        CONDA_ENV
+    shell:
+        """
+        mkdir -p {output.figures} {output.tables}
+        find $(dirname {input.figures}) -maxdepth 1 -name '*.png' -exec cp {{}} {output.figures}/ \\;
+        find $(dirname {input.tables}) -maxdepth 1 -name '*.csv' -exec cp {{}} {output.tables}/ \\;
+        ls {output.figures} {output.tables} > {log}
+        """
