@@ -124,6 +124,15 @@ def _nan_none(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
+def run_summary(recs: list[dict[str, Any]], **head: Any) -> dict[str, Any]:
+    """summary.json of a training run: `head` (method, task, seed, ...) plus totals over its step records."""
+    return {**head,
+            "reward_first": recs[0].get("reward_mean") if recs else None,
+            "reward_last": recs[-1].get("reward_mean") if recs else None,
+            "tokens_total": sum(sum(r.get("tokens", {}).values()) for r in recs),
+            "time_total": sum(r.get("time", {}).get("total", 0.0) for r in recs)}
+
+
 class JsonlWriter:
     def __init__(self, path: str | Path):
         self.path = Path(path)

@@ -21,26 +21,21 @@ from tqdm import tqdm
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
 from rtpo.envs.base import Task
-from rtpo.instrument import JsonlWriter
+from rtpo.instrument import JsonlWriter, run_summary
 from rtpo.rollout import Roller
 
 ENV_OPTION_KEYS = ("max_turns", "max_obs_chars", "top_k")
 
 
 def load_tasks(path: str | Path) -> list[Task]:
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"task file not found: {p}")
-    tasks = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            tasks.append(Task.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{p}:{i}: not a task record ({e})") from e
+    """The task file of a split (rtpo.data.read_tasks), which must exist and hold at least one task."""
+    from rtpo.data import read_tasks
+
+    if not Path(path).exists():
+        raise FileNotFoundError(f"task file not found: {path}")
+    tasks = read_tasks(path)
     if not tasks:
-        raise ValueError(f"{p}: no tasks")
+        raise ValueError(f"{path}: no tasks")
     return tasks
 
 
@@ -115,12 +110,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
             engine.save(ckpt)
             (ckpt / "state.json").write_text(json.dumps({"step": step, "method": algo.state()}))
     engine.export(out / "final")
-    recs = log.read()
-    summary = {"method": method, "task": task, "seed": seed, "steps": steps, "psi": psi,
-               "wall_s_this_run": time.perf_counter() - t0,
-               "reward_first": recs[0].get("reward_mean") if recs else None,
-               "reward_last": recs[-1].get("reward_mean") if recs else None,
-               "tokens_total": sum(sum(r.get("tokens", {}).values()) for r in recs),
-               "time_total": sum(r.get("time", {}).get("total", 0.0) for r in recs)}
+    summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
+                          wall_s_this_run=time.perf_counter() - t0)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

@@ -1,0 +1,18 @@
+"""rtpo's verl backend (GPU clusters: verl 0.9.1 + vLLM + FSDP; a CPU harness for tests).
+
+Modules (importing this package imports none of them, so `rtpo` stays light):
+  plugin        what ``VERL_USE_EXTERNAL_MODULES`` loads in every verl process: registers the
+                advantage estimators, the agent loop and the RTPO trainer
+  advantages    verl advantage estimators calling `rtpo.methods.advantages`
+  agent_loop    `RTPOAgentLoop`: rtpo envs + tool parser + psi as a verl AgentLoopBase
+  server_engine `ServerEngine`: rtpo's Roller sampling through verl's LLM server client
+  trainer       the V1 trainer mode "rtpo_sync": RTPO's reverse sweep
+  data          task files -> verl parquet datasets
+  launch        `rtpo train --engine verl`: config -> Hydra overrides -> verl's main_ppo (local or Slurm)
+  cpu, cpu_platform, hf_rollout   the CPU harness (platform "cpu", rollout "hf")
+See docs/verl.md.
+"""
+
+VERL_VERSION = "0.9.1"  # the exact verl release this plugin is written and tested against
+PLUGIN_MODULES = "rtpo.verl_ext.plugin"
+CPU_MODULES = "rtpo.verl_ext.cpu,rtpo.verl_ext.plugin"  # the platform first: later imports query it

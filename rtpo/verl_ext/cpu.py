@@ -1,0 +1,45 @@
+"""The CPU harness: import through ``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.cpu,rtpo.verl_ext.plugin``.
+
+Registers the CPU platform (select it with ``VERL_PLATFORM=cpu``) and the in-process Hugging Face
+rollout "hf" (``actor_rollout_ref.rollout.name=hf``); `rtpo.verl_ext.launch.cpu_overrides` lists the
+Hydra overrides and environment the rest of verl needs on CPU (docs/verl.md, "CPU harness").
+
+One patch, applied only when the CPU platform is selected: verl's
+``utils.distributed.initialize_global_process_group_ray`` builds the backend string
+``cpu:gloo,{device}:{backend}``, which on a CPU platform reads ``cpu:gloo,cpu:gloo`` and torch
+rejects (duplicate device type). The wrapper passes plain ``gloo`` instead. verl imports this
+module at the end of ``import verl``, before any worker module binds the function by name.
+A test harness resting on verl internals, pinned to verl==0.9.1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rtpo.verl_ext import cpu_platform as _cpu_platform
+from rtpo.verl_ext import hf_rollout as _hf_rollout
+
+_hf_rollout.register()
+
+
+def _patch_gloo_backend() -> None:
+    import verl.utils.distributed as dist
+
+    orig = dist.initialize_global_process_group_ray
+    if getattr(orig, "_rtpo_cpu", False):
+        return
+
+    def initialize_global_process_group_ray(timeout_second=None, backend=None):
+        return orig(timeout_second=timeout_second, backend=backend or "gloo")
+
+    initialize_global_process_group_ray._rtpo_cpu = True  # type: ignore[attr-defined]
+    dist.initialize_global_process_group_ray = initialize_global_process_group_ray
+    for name in ("verl.workers.engine_workers", "verl.checkpoint_engine.base"):  # already bound by name?
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "initialize_global_process_group_ray", None) is orig:
+            mod.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+
+if os.environ.get("VERL_PLATFORM", "").strip().lower() == _cpu_platform.PLATFORM_NAME:
+    _patch_gloo_backend()

@@ -1,0 +1,289 @@
+"""`rtpo train --engine verl`: our config -> Hydra overrides -> verl's `main_ppo`, locally or under Slurm.
+
+`train_verl(args, cfg)` writes the task files as verl parquet datasets under ``<out>/verl_data``,
+builds the overrides (`verl_overrides`), runs ``python -m verl.trainer.main_ppo`` with the plugin
+modules in ``VERL_USE_EXTERNAL_MODULES`` and, after training, writes the same files as the local
+engine: ``metrics.jsonl`` (written by the trainer), ``checkpoint/`` (verl's, resumed
+automatically), ``final/`` (a Hugging Face directory of the last checkpoint) and ``summary.json``.
+
+Where it runs:
+  * no GPU and no ``verl.device: cuda`` in the config  -> the CPU harness (rtpo.verl_ext.cpu: platform
+    "cpu", rollout "hf"); what the tests and a laptop use;
+  * ``SLURM_JOB_ID`` set (inside an allocation)        -> ``slurm_ray.sh`` starts a Ray head and one
+    worker per further node through srun, then runs main_ppo against that cluster;
+  * otherwise                                          -> main_ppo starts a local Ray cluster.
+
+Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf),
+tensor_parallel_size, gpu_memory_utilization, and (not yet in workflow/schemas/config.schema.yaml)
+device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation,
+prompt_length, response_length, obs_tokens, agent_workers, env_factory, overrides (a list of raw
+Hydra overrides appended last).
+
+Methods on verl: rtpo / rtpo_ca (trainer mode "rtpo_sync") and grpo ("rtpo_chain_sync"). The
+others (tree_grpo, arpo, seeupo, vanilla) need their own rollout shapes on verl and raise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rtpo.verl_ext import CPU_MODULES, PLUGIN_MODULES, VERL_VERSION
+
+HERE = Path(__file__).resolve().parent
+REWARD_FN = HERE / "reward.py"
+SLURM_SCRIPT = HERE / "slurm_ray.sh"
+VERL_METHODS = {"rtpo": "rtpo_sync", "rtpo_ca": "rtpo_sync", "grpo": "rtpo_chain_sync"}
+
+
+def _verl_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
+    return dict(cfg.get("verl") or {})
+
+
+def use_cpu_harness(cfg: dict[str, Any]) -> bool:
+    """CPU harness unless the config asks for a device (verl.device) or a CUDA GPU is visible."""
+    dev = _verl_cfg(cfg).get("device")
+    if dev is not None:
+        return str(dev) == "cpu"
+    try:
+        import torch
+
+        return not torch.cuda.is_available()
+    except ImportError:  # pragma: no cover
+        return True
+
+
+def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int, int]:
+    """(prompt_length, response_length) of verl's rows.
+
+    RTPO rows are (c_k, one turn): prompt = env.max_prompt_tokens (default: half the model's
+    positions), response = env.max_new_tokens. Chain rows are (initial context, the flattened
+    trajectory): response = K * max_new_tokens + (K - 1) * verl.obs_tokens (tool results between
+    turns; default 512). `verl.prompt_length` / `verl.response_length` override both.
+    """
+    v = _verl_cfg(cfg)
+    K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
+    max_pos = int(cfg.get("model", {}).get("tiny", {}).get("max_position", 4096))
+    P = int(v.get("prompt_length") or env.get("max_prompt_tokens") or max_pos // 2)
+    if VERL_METHODS.get(method) == "rtpo_sync":
+        R = T
+    else:
+        R = K * T + (K - 1) * int(v.get("obs_tokens", 512))
+    return P, int(v.get("response_length") or R)
+
+
+def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
+                   train_files: str | Path, val_files: str | Path, cpu: bool) -> list[str]:
+    """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched."""
+    from rtpo.config import method_settings
+
+    if method not in VERL_METHODS:
+        raise ValueError(f"method {method!r} is not available on the verl engine (have: {sorted(VERL_METHODS)}); "
+                         "run it with engine: local")
+    s = method_settings(cfg, method, task)
+    tr, m, env, psi = s["train"], s["method"], s["env"], s["psi"]
+    v = _verl_cfg(cfg)
+    out = Path(out).resolve()
+    P, R = lengths(cfg, method, env)
+    mode = VERL_METHODS[method]
+    kl = float(tr["kl_coef"])
+    n_prompts = int(tr["prompts_per_step"])
+    tok = int(tr["micro_batch_tokens"])
+    o = [
+        f"data.train_files={Path(train_files).resolve()}", f"data.val_files={Path(val_files).resolve()}",
+        f"data.train_batch_size={n_prompts}", f"data.max_prompt_length={P}", f"data.max_response_length={R}",
+        f"data.seed={seed}", "data.filter_overlong_prompts=False",
+        f"actor_rollout_ref.model.path={Path(model_dir).resolve()}",
+        f"actor_rollout_ref.actor.optim.lr={float(tr['lr'])}",
+        f"actor_rollout_ref.actor.optim.weight_decay={float(tr['weight_decay'])}",
+        f"actor_rollout_ref.actor.clip_ratio_low={float(tr['clip'])}",
+        f"actor_rollout_ref.actor.clip_ratio_high={float(tr['clip'])}",
+        f"actor_rollout_ref.actor.clip_ratio_c={float(tr['dual_clip_c'])}",
+        f"actor_rollout_ref.actor.entropy_coeff={float(m.get('entropy_coef', tr.get('entropy_coef', 0.0)))}",
+        f"actor_rollout_ref.actor.grad_clip={float(tr['max_grad_norm'])}",
+        f"actor_rollout_ref.actor.ppo_epochs={int(tr.get('epochs', 1))}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={n_prompts}",
+        f"actor_rollout_ref.actor.use_kl_loss={kl > 0}", f"actor_rollout_ref.actor.kl_loss_coef={kl}",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.actor.data_loader_seed={seed}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=True", f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={tok}",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={tok}",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True",
+        f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={tok}",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        f"actor_rollout_ref.rollout.temperature={float(tr['temperature'])}",
+        f"actor_rollout_ref.rollout.seed={seed}", "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=rtpo_agent",
+        f"actor_rollout_ref.rollout.agent.num_workers={int(v.get('agent_workers', 1 if cpu else 8))}",
+        # rewards come from the envs inside the rollout: verl's reward-loop workers are never used
+        f"reward.custom_reward_function.path={REWARD_FN}", "reward.num_workers=0",
+        f"trainer.total_training_steps={int(tr['steps'])}",
+        f"trainer.save_freq={int(tr.get('checkpoint_every', 1))}", "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.resume_mode=auto",
+        f"trainer.default_local_dir={out / 'checkpoint'}", "trainer.logger=[console]",
+        "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
+        "trainer.use_v1=True", f"trainer.v1.trainer_mode={mode}",
+        f"+rtpo.method={method}", f"+rtpo.task={task}", f"+rtpo.seed={seed}", f"+rtpo.psi={psi}",
+        f"+rtpo.max_new_tokens={int(env['max_new_tokens'])}", f"+rtpo.metrics_path={out / 'metrics.jsonl'}",
+    ]
+    for k, val in env.items():  # env options for the env factory (make_env keeps the ones it knows)
+        if k not in ("psi", "max_new_tokens", "max_prompt_tokens") and val is not None:
+            o.append(f"+rtpo.env.{k}={val}")
+    if v.get("env_factory"):
+        o.append(f"+rtpo.env_factory={v['env_factory']}")
+    if mode == "rtpo_sync":
+        est = "rtpo_sibling_loo" if m.get("leave_one_out") else "rtpo_sibling"
+        o += [f"algorithm.adv_estimator={est}", f"algorithm.norm_adv_by_std_in_grpo={bool(m.get('adv_norm_std', False))}",
+              "actor_rollout_ref.rollout.n=1",
+              "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
+        for k in ("trunks", "group_size", "sync", "continuation"):
+            if k in m:
+                o.append(f"+rtpo.method_cfg.{k}={m[k]}")
+    else:
+        o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
+              f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
+    if cpu:
+        o += cpu_overrides()
+    else:
+        o += [
+            f"trainer.n_gpus_per_node={int(v.get('n_gpus_per_node', 8))}", f"trainer.nnodes={int(v.get('nnodes', 1))}",
+            f"actor_rollout_ref.rollout.name={v.get('rollout', 'vllm')}",
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={int(v.get('tensor_parallel_size', 1))}",
+            f"actor_rollout_ref.rollout.gpu_memory_utilization={float(v.get('gpu_memory_utilization', 0.6))}",
+            f"actor_rollout_ref.actor.strategy={v.get('strategy', 'fsdp2')}",
+            f"actor_rollout_ref.model.use_remove_padding={bool(v.get('remove_padding', True))}",
+            f"actor_rollout_ref.rollout.enforce_eager={bool(v.get('enforce_eager', False))}",
+        ]
+        if v.get("attn_implementation"):
+            o.append(f"+actor_rollout_ref.model.override_config.attn_implementation={v['attn_implementation']}")
+    o += [str(x) for x in v.get("overrides", []) or []]  # verl.overrides: anything else, verbatim
+    return o
+
+
+def cpu_overrides(external_ray: bool | None = None) -> list[str]:
+    """What verl needs to train on CPU through the harness (docs/verl.md, DESIGN "verl on CPU").
+
+    external_ray: a Ray cluster is already running (RAY_ADDRESS set; default: read the environment).
+    It must then have been started with ``--num-cpus 32 --num-gpus 1`` (logical resources) and the
+    environment of `verl_env(cpu=True)`; otherwise main_ppo starts one with those resources.
+    """
+    if external_ray is None:
+        external_ray = bool(os.environ.get("RAY_ADDRESS"))
+    mp = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"  # fp32: rollout and training agree to ~1e-6
+    ray = [] if external_ray else ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.num_gpus=1"]
+    return [
+        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", *ray,
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.model.use_remove_padding=False",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={mp}",
+        f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={mp}",
+        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
+        "data.dataloader_num_workers=0",
+    ]
+
+
+def verl_env(cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment of the main_ppo process (Ray workers inherit it on a local cluster)."""
+    env = dict(os.environ if base is None else base)
+    root = str(HERE.parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["VERL_USE_EXTERNAL_MODULES"] = CPU_MODULES if cpu else PLUGIN_MODULES
+    env.setdefault("WANDB_MODE", "disabled")
+    env.setdefault("RAY_DEDUP_LOGS", "1")
+    if cpu:
+        env["VERL_PLATFORM"] = "cpu"
+        env["VERL_ENGINE_DEVICE"] = "cuda"  # the FSDP engines register for cuda; the CPU platform lies beneath
+        env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    return env
+
+
+def check_verl_version() -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        have = version("verl")
+    except PackageNotFoundError:
+        raise RuntimeError(f"the verl engine needs verl=={VERL_VERSION} (pip install 'verl[verl-core]=={VERL_VERSION}'; "
+                           f"GPU: the `gpu` extra)") from None
+    if have != VERL_VERSION:
+        raise RuntimeError(f"rtpo.verl_ext is pinned to verl=={VERL_VERSION}; found verl {have}")
+
+
+def prepare_data(cfg: dict[str, Any], task: str, train_file: str | Path, out: Path) -> tuple[Path, Path]:
+    """Parquet train/val files from the task file (val: eval.jsonl next to it, else 8 train tasks)."""
+    from rtpo.train import load_tasks
+    from rtpo.verl_ext.data import write_parquet
+
+    env = dict(cfg["env"][task])
+    factory = _verl_cfg(cfg).get("env_factory")
+    train = load_tasks(train_file)
+    ev_path = Path(train_file).with_name("eval.jsonl")
+    val = load_tasks(ev_path) if ev_path.exists() else train[:8]
+    d = out / "verl_data"
+    return (write_parquet(train, d / "train.parquet", env, factory),
+            write_parquet(val, d / "val.parquet", env, factory))
+
+
+def command(overrides: list[str], python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+
+
+def export_final(out: Path) -> Path | None:
+    """Copy the last checkpoint's Hugging Face weights (actor/huggingface) to <out>/final."""
+    ck = out / "checkpoint"
+    it = ck / "latest_checkpointed_iteration.txt"
+    if not it.exists():
+        return None
+    hf = ck / f"global_step_{it.read_text().strip()}" / "actor" / "huggingface"
+    if not (hf / "config.json").exists():
+        return None
+    final = out / "final"
+    if final.exists():
+        shutil.rmtree(final)
+    shutil.copytree(hf, final)
+    return final
+
+
+def train_verl(args: Any, cfg: dict[str, Any]) -> int:
+    """`rtpo train` on verl. args: method, task, seed, out, model, train_file (the CLI namespace)."""
+    check_verl_version()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = use_cpu_harness(cfg)
+    train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
+    ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu)
+    cmd = command(ov)
+    if os.environ.get("SLURM_JOB_ID") and not cpu:
+        cmd = ["bash", str(SLURM_SCRIPT), *cmd]
+    (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
+    t0 = time.perf_counter()
+    log = out / "verl.log"
+    with open(log, "a") as f:
+        f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        f.flush()
+        rc = subprocess.call(cmd, env=verl_env(cpu), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
+    if rc != 0:
+        tail = log.read_text().splitlines()[-40:]
+        print("\n".join(tail), file=sys.stderr)
+        print(f"rtpo train --engine verl: verl exited with {rc}; full log: {log}", file=sys.stderr)
+        return rc
+    export_final(out)
+    from rtpo.instrument import JsonlWriter, run_summary
+
+    recs = JsonlWriter(out / "metrics.jsonl").read()
+    summary = run_summary(recs, method=args.method, task=args.task, seed=int(args.seed), engine="verl",
+                          cpu_harness=cpu, steps=len(recs), psi=recs[-1].get("psi") if recs else None,
+                          wall_s_this_run=time.perf_counter() - t0)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
+    return 0

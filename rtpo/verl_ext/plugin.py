@@ -1,0 +1,24 @@
+"""What every verl process must import for rtpo (set ``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.plugin``).
+
+verl imports the modules named in ``VERL_USE_EXTERNAL_MODULES`` at the end of ``import verl`` in
+every process (driver, TaskRunner, workers, agent-loop workers), which is where registries must be
+filled. Importing this module registers:
+  * the advantage estimators rtpo_sibling, rtpo_sibling_loo, tree_grpo, seeupo (`advantages.py`);
+  * the agent loop "rtpo_agent" (`agent_loop.py`);
+  * the V1 trainer mode "rtpo_sync" (RTPO's reverse sweep, `trainer.py`).
+The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the "hf" rollout).
+"""
+
+from __future__ import annotations
+
+from rtpo.verl_ext import advantages as _advantages
+from rtpo.verl_ext import agent_loop as _agent_loop  # noqa: F401  (registers "rtpo_agent" on import)
+
+_advantages.register()
+
+try:  # the trainer needs TransferQueue (verl[verl-core]); the estimators and agent loop do not
+    from rtpo.verl_ext import trainer as _trainer  # noqa: F401  (registers "rtpo_sync" on import)
+except ImportError as _e:  # pragma: no cover - reported when the trainer is selected
+    import logging
+
+    logging.getLogger(__name__).warning("rtpo.verl_ext.trainer not registered: %s", _e)

@@ -1,0 +1,660 @@
+"""The verl backend (rtpo.verl_ext, issue 9) against the real verl 0.9.1 on CPU.
+
+Fast tests: the advantage estimators through verl's registry and its `compute_advantage` dispatch
+(equal to the local engine's functions on the same recorded groups); the in-process HF rollout
+server against the local engine's sampler; `RTPOAgentLoop` driven without Ray (boundary restore,
+response masks); the real `AgentLoopWorker` built in-process; the Hydra overrides composed with
+verl's own config. Slow tests: `train_verl` (what `rtpo train --engine verl` runs) through verl's
+real V1 trainer on CPU — RTPO for two steps across a checkpoint/resume, GRPO for two steps — on a
+Ray cluster the module starts once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("verl")
+
+from rtpo.engine.base import SamplingParams, UpdateConfig  # noqa: E402
+from rtpo.envs.base import Task  # noqa: E402
+from rtpo.methods.advantages import seeupo_advantages, sibling_advantages, tree_grpo_advantages  # noqa: E402
+from rtpo.rollout import Roller, Start  # noqa: E402
+from tests.helpers import tiny  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = [Task(id=f"toy-{i}", kind="toy", question=f"Say yes or no, round {i}.", answers=["yes"]) for i in range(8)]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ------------------------------------------------------------------ advantage estimators
+def _random_groups(rng: random.Random, n_groups: int, sep: str = "") -> tuple[list[float], list[str]]:
+    scores, ids = [], []
+    for g in range(n_groups):
+        size = rng.choice([1, 2, 3, 3, 4])
+        binary = rng.random() < 0.6
+        for t in range(size):
+            scores.append(float(rng.random() < 0.5) if binary else rng.uniform(-1, 2))
+            ids.append(f"p{g % 3}{sep}tree{g}" if sep else f"S{g}")
+    order = list(range(len(scores)))
+    rng.shuffle(order)
+    return [scores[i] for i in order], [ids[i] for i in order]
+
+
+def _dataproto(scores: list[float], uids: list[str], seed: int = 0):
+    """A verl batch as the trainer hands it to compute_advantage: the score on the last response
+    token, responses of different lengths (right padding), uid in non_tensor_batch."""
+    from tensordict import TensorDict
+
+    from verl import DataProto
+
+    g = torch.Generator().manual_seed(seed)
+    n, L = len(scores), 7
+    lens = torch.randint(1, L + 1, (n,), generator=g)
+    mask = (torch.arange(L)[None, :] < lens[:, None]).float()
+    rewards = torch.zeros(n, L)
+    rewards[torch.arange(n), lens - 1] = torch.tensor(scores)
+    td = TensorDict({"token_level_rewards": rewards, "response_mask": mask}, batch_size=n)
+    return DataProto(batch=td, non_tensor_batch={"uid": np.array(uids, dtype=object)}), mask
+
+
+@pytest.mark.parametrize("name,norm", [("rtpo_sibling", False), ("rtpo_sibling", True), ("rtpo_sibling_loo", False),
+                                       ("tree_grpo", True), ("seeupo", True)])
+def test_registered_estimators_equal_the_local_functions(name, norm):
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import rtpo.verl_ext.plugin  # noqa: F401  (registers, as VERL_USE_EXTERNAL_MODULES does)
+
+    rng = random.Random(hash(name) % 1000 + norm)
+    scores, uids = _random_groups(rng, 12, sep="|" if name == "tree_grpo" else "")
+    s = torch.tensor(scores)
+    if name.startswith("rtpo_sibling"):
+        local = sibling_advantages(s, uids, norm_by_std=norm, leave_one_out=name.endswith("loo"))
+    elif name == "tree_grpo":
+        local = tree_grpo_advantages(s, uids, [u.rsplit("|", 1)[0] for u in uids])
+    else:
+        local = seeupo_advantages(s, uids)
+    assert local.abs().sum() > 0  # the groups are not degenerate
+
+    data, mask = _dataproto(scores, uids)
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": norm})
+    fn = get_adv_estimator_fn(name)  # verl's registry
+    adv, ret = fn(token_level_rewards=data.batch["token_level_rewards"], response_mask=mask, config=cfg,
+                  index=data.non_tensor_batch["uid"])
+    torch.testing.assert_close(adv, local[:, None] * mask, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ret, adv)
+    # ... and through the trainer's dispatch (verl.trainer.ppo.ray_trainer.compute_advantage)
+    out = compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=norm, config=cfg)
+    torch.testing.assert_close(out.batch["advantages"], local[:, None] * mask, rtol=0, atol=1e-6)
+
+
+class _Parity:
+    """Toy env whose reward is the parity of the last turn's length: a random model gets spread."""
+
+    def __init__(self, K: int = 2):
+        from rtpo.envs.toy import LastTurnEnv
+
+        self.env = LastTurnEnv(max_turns=K)
+        self.max_turns = K
+
+    def reset(self, task):
+        return self.env.reset(task)
+
+    def step(self, text):
+        res = self.env.step(text)
+        if res.done:
+            res.reward = float(len(text) % 2)
+        return res
+
+    def snapshot(self):
+        return self.env.snapshot()
+
+    def restore(self, s):
+        self.env.restore(s)
+
+
+def test_rtpo_stage_rows_reproduce_the_local_advantages():
+    """A recorded RTPO stage (local engine, local RTPO._branches) turned into verl rows by the
+    trainer's `stage_rows`: verl's compute_advantage on those rows gives every sibling exactly the
+    local method's advantage; the trunk member is scored but masked; masks cover the turn's tokens."""
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import rtpo.verl_ext.plugin  # noqa: F401
+    from rtpo.instrument import StepLog
+    from rtpo.methods.rtpo import RTPO
+    from rtpo.verl_ext.trainer import stage_rows
+
+    eng = tiny.engine(seed=3)
+    roller = Roller(eng, lambda t: _Parity(2), "full", SamplingParams(max_new_tokens=10))
+    method = RTPO(eng, roller, {"trunks": 2, "group_size": 3}, UpdateConfig())
+    tasks = TOY[:3]
+    trunks = method.chains(tasks, 2, "trunk", StepLog())
+    owner = [(f"prompt{i // 2}", "rtpo/toy", i % 2) for i in range(len(trunks))]
+    checked = nonzero = 0
+    for k in (1, 0):
+        members = method._branches(trunks, [k], StepLog())[k]
+        # the local method's advantages (rtpo.methods.rtpo.RTPO.step)
+        scores = [trunks[ti].reward if tr is None else tr.reward for ti, tr, _ in members]
+        local = sibling_advantages(torch.tensor(scores), [ti for ti, _, _ in members])
+        nonzero += int((local != 0).sum())
+        rows = stage_rows(trunks, owner, members, k, prompt_length=256, response_length=16)
+        R = max(len(o.response_ids) for o, *_ in rows)
+        n = len(rows)
+        rewards, mask = torch.zeros(n, R), torch.zeros(n, R)
+        for i, (o, uid, src, sib) in enumerate(rows):
+            m = torch.tensor(o.response_mask, dtype=torch.float)
+            mask[i, :len(m)] = m
+            rewards[i, len(o.response_ids) - 1] = o.reward_score
+            turn = (members[i][1] if sib else trunks[members[i][0]]).turns[k]
+            assert o.prompt_ids == turn.context_ids  # trained under exactly the recorded c_k
+            assert o.response_ids == turn.action_ids
+            assert o.response_mask == [int(sib)] * len(turn.action_ids)  # exactly the turn's tokens
+            assert o.response_logprobs == pytest.approx(turn.logprobs)
+            assert uid == f"{owner[members[i][0]][0]}/t{owner[members[i][0]][2]}/k{k}"
+        from tensordict import TensorDict
+
+        from verl import DataProto
+
+        data = DataProto(batch=TensorDict({"token_level_rewards": rewards, "response_mask": mask}, batch_size=n),
+                         non_tensor_batch={"uid": np.array([r[1] for r in rows], dtype=object)})
+        adv = compute_advantage(data, adv_estimator="rtpo_sibling", norm_adv_by_std_in_grpo=False,
+                                config=None).batch["advantages"]
+        for i, (_, _, _, sib) in enumerate(rows):
+            if sib:
+                m = mask[i].bool()
+                torch.testing.assert_close(adv[i][m], torch.full((int(m.sum()),), float(local[i])), rtol=0, atol=1e-6)
+                checked += 1
+            else:
+                assert adv[i].abs().sum() == 0
+    assert checked == 2 * (3 * 2) * 2  # (K = 2 stages) x (3 prompts x 2 trunks) x (G-1 = 2 siblings)
+    assert nonzero > 0  # the parity reward spreads: the comparison is not between zeros
+
+
+# ------------------------------------------------------------------ the in-process HF server
+def test_hf_server_samples_as_the_local_engine_and_loads_weights():
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+
+    eng = tiny.engine(seed=1)
+    ref = tiny.engine(seed=1)
+    srv = HFGenerateServer(engine=eng)
+    tok = eng.tokenizer
+    msgs = [{"role": "system", "content": "Answer each turn."}, {"role": "user", "content": "question"}]
+    ctx = tok.encode(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False))
+    sp = {"temperature": 0.8, "top_p": 1.0, "top_k": -1, "max_tokens": 12, "logprobs": True, "seed": 123,
+          "repetition_penalty": 1.0, "stop_token_ids": [tok.eos_token_id]}
+
+    async def two():  # concurrent requests are batched together
+        return await asyncio.gather(srv.generate(request_id="a", prompt_ids=ctx, sampling_params=dict(sp)),
+                                    srv.generate(request_id="b", prompt_ids=ctx[:5], sampling_params=dict(sp, seed=7)))
+
+    a, b = run(two())
+    want = ref.sample([ctx, ctx[:5]], SamplingParams(max_new_tokens=12, temperature=0.8, stop_at_tool_call=False),
+                      seeds=[123, 7])
+    assert a.token_ids == want[0].ids and b.token_ids == want[1].ids
+    assert a.log_probs == pytest.approx(want[0].logprobs, abs=1e-5)
+    # logprobs are those of the temperature-scaled sampling distribution (what verl's old_log_prob recomputes)
+    re = ref.logprobs([ctx], [a.token_ids], temperature=0.8)[0]
+    assert a.log_probs == pytest.approx(re, abs=1e-4)
+    with pytest.raises(ValueError, match="top_k"):
+        run(srv.generate(request_id="c", prompt_ids=ctx, sampling_params=dict(sp, top_k=5)))
+    # weight update: the server now samples exactly like another model
+    other = tiny.engine(seed=2)
+    n = run(srv.update_weights({k: v.clone() for k, v in other.model.state_dict().items()}, global_steps=4))
+    assert n == len(other.model.state_dict())
+    c = run(srv.generate(request_id="d", prompt_ids=ctx, sampling_params=dict(sp)))
+    w = other.sample([ctx], SamplingParams(max_new_tokens=12, temperature=0.8, stop_at_tool_call=False), seeds=[123])[0]
+    assert c.token_ids == w.ids and c.extra_fields["global_steps"] == 4
+    with pytest.raises(KeyError, match="unknown parameters"):
+        run(srv.update_weights({"no.such.weight": torch.zeros(1)}))
+
+
+# ------------------------------------------------------------------ the agent loop, without Ray
+class ScriptedServer:
+    """verl's server signature: replays scripted actions (token ids) while any are left, scoring them
+    with the HF model (teacher forcing), then defers to the real HF server."""
+
+    def __init__(self, server, actions: list[list[int]]):
+        self.server, self.actions = server, list(actions)
+        self.calls: list[list[int]] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.calls.append(list(prompt_ids))
+        if not self.actions:
+            return await self.server.generate(request_id=request_id, prompt_ids=prompt_ids,
+                                              sampling_params=sampling_params, **kw)
+        ids = self.actions.pop(0)
+        lp = self.server.engine.logprobs([list(prompt_ids)], [ids], float(sampling_params.get("temperature", 1.0)))[0]
+        return TokenOutput(token_ids=ids, log_probs=lp, stop_reason="completed")
+
+
+def _agent_loop(server, tokenizer, cfg_extra: dict | None = None):
+    from omegaconf import OmegaConf
+
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from rtpo.verl_ext.agent_loop import RTPOAgentLoop
+
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 900, "response_length": 600}},
+                            "data": {}, "rtpo": {"psi": "qwen3", "env": {"max_turns": 3}, "max_new_tokens": 24,
+                                                 **(cfg_extra or {})}})
+    return RTPOAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
+                         processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data))
+
+
+def _expert_actions(task, tok):
+    """The scripted math expert's assistant turns as token ids (tool calls end with </tool_call>)."""
+    from rtpo.data import get_expert
+    from rtpo.envs import make_env
+
+    msgs, reward = get_expert("math")(task, make_env(task, max_turns=3), 0.0, random.Random(0))
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    acts = []
+    for m in msgs:
+        if m["role"] == "assistant":
+            ids = tok.encode(m["content"], add_special_tokens=False)
+            acts.append(ids if m["content"].endswith("</tool_call>") else ids + [eos])
+    return acts, reward
+
+
+def test_agent_loop_restores_a_boundary_and_reproduces_the_trunk():
+    from rtpo.data import generate_tasks
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+
+    eng = tiny.engine(seed=0, max_position=1600)
+    task = generate_tasks("math", 1, 0, "train")[0]
+    acts, expert_reward = _expert_actions(task, eng.tokenizer)
+    assert len(acts) == 2 and expert_reward == 1.0  # python call, then the boxed answer
+    server = ScriptedServer(HFGenerateServer(engine=eng), acts)
+    loop = _agent_loop(server, eng.tokenizer)
+
+    # 1. the trunk: two turns, a real python tool result in between, reward 1
+    out = run(loop.run({"temperature": 1.0}, rtpo_start=Start(task, first_kind="trunk", rest_kind="trunk"),
+                       rtpo_keep_trajectory=True))
+    trunk = out.extra_fields["rtpo_trajectory"]
+    assert [t.action_ids for t in trunk.turns] == acts and trunk.reward == 1.0
+    obs = trunk.turns[0].observations
+    assert obs and obs[0]["role"] == "tool" and task.answers[0] in obs[0]["content"]
+    assert [c for c in server.calls] == [t.context_ids for t in trunk.turns]  # sampled from exactly c_k
+    # the flat row: prompt = initial context; the mask covers exactly the action tokens
+    p = trunk.info["prompt_len"]
+    assert out.prompt_ids == trunk.full_ids[:p] and out.response_ids == trunk.full_ids[p:]
+    on = [out.response_ids[i] for i, m in enumerate(out.response_mask) if m]
+    assert on == acts[0] + acts[1] and out.reward_score == 1.0
+    assert sum(1 for x in out.response_logprobs if x != 0.0) == len(on)
+
+    # 2. restore S_0 and replay the trunk's turn-0 action: the env (python run again) gives the same observation
+    server.actions = []
+    rep = run(loop.run({"temperature": 1.0}, rtpo_start=Start(task, source=trunk, k=0, forced_action=trunk.turns[0],
+                                                                 first_kind="sibling", rest_kind="continuation"),
+                       rtpo_keep_trajectory=True, rtpo_row=0)).extra_fields["rtpo_trajectory"]
+    assert rep.turns[0].observations == trunk.turns[0].observations
+    assert rep.boundaries[1].env_state == trunk.boundaries[1].env_state
+    assert rep.boundaries[1].context_ids == trunk.turns[1].context_ids
+    # 3. restore S_1 and replay the final answer: the same terminal reward from the restored snapshot
+    fin = run(loop.run({"temperature": 1.0}, rtpo_start=Start(task, source=trunk, k=1, forced_action=trunk.turns[1]),
+                       rtpo_keep_trajectory=True)).extra_fields["rtpo_trajectory"]
+    assert fin.reward == trunk.reward == 1.0 and fin.start_k == 1
+
+    # 4. a sibling at S_1 sampled by the HF server: its row is (c_1, the sibling's turn-1 tokens)
+    n_calls = len(server.calls)
+    sib = run(loop.run({"temperature": 1.0}, rtpo_start=Start(task, source=trunk, k=1, first_kind="sibling",
+                                                                 rest_kind="continuation"),
+                       rtpo_keep_trajectory=True, rtpo_row=1))
+    st = sib.extra_fields["rtpo_trajectory"]
+    assert server.calls[n_calls] == trunk.turns[1].context_ids  # restored: the recorded c_1, bit for bit
+    assert sib.prompt_ids == trunk.turns[1].context_ids
+    assert sib.response_ids == st.turns[1].action_ids and sib.response_mask == [1] * len(st.turns[1].action_ids)
+    assert sib.response_logprobs == pytest.approx(st.turns[1].logprobs)
+    assert st.turns[1].kind == "sibling" and st.turns[0].action_ids == acts[0]
+
+
+def test_real_agent_loop_worker_in_process(tmp_path):
+    """verl's own AgentLoopWorker (built in-process, no Ray) runs RTPOAgentLoop on dataset rows:
+    padded flat rows whose response_mask is 1 exactly on the sampled tokens, rm_scores = env reward."""
+    from hydra import compose, initialize_config_dir
+
+    import verl.trainer.main_ppo as main_ppo
+    from verl import DataProto
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    import rtpo.verl_ext.plugin  # noqa: F401
+    from rtpo.verl_ext.data import write_parquet
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+
+    eng = tiny.engine(seed=0)
+    model = tmp_path / "model"
+    eng.model.save_pretrained(model)
+    eng.tokenizer.save_pretrained(model)
+    pq = write_parquet(TOY[:2], tmp_path / "toy.parquet", {"max_turns": 2}, "rtpo.verl_ext.toy:env_factory")
+    with initialize_config_dir(config_dir=str(Path(main_ppo.__file__).parent / "config"), version_base=None):
+        cfg = compose("ppo_trainer", overrides=[
+            f"actor_rollout_ref.model.path={model}", f"data.train_files={pq}", f"data.val_files={pq}",
+            "data.max_prompt_length=128", "data.max_response_length=96", "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=rtpo_agent",
+            "+rtpo.env_factory=rtpo.verl_ext.toy:env_factory", "+rtpo.env.max_turns=2", "+rtpo.max_new_tokens=8",
+            "+rtpo.psi=full"])
+    worker = AgentLoopWorker(cfg, llm_client=HFGenerateServer(engine=eng))
+    ds = RLHFDataset([str(pq)], worker.tokenizer, cfg.data)
+    batch = DataProto.from_single_dict(collate_fn([ds[0], ds[1]]))
+    out = run(worker.generate_sequences(batch))
+    b = out.batch
+    assert b["responses"].shape == (2, 96) and b["prompts"].shape == (2, 128)
+    for i in range(2):
+        mask, resp = b["response_mask"][i], b["responses"][i]
+        n_resp = int(b["attention_mask"][i, 128:].sum())
+        assert 2 <= int(mask.sum()) <= 2 * 8 and int(mask.sum()) < n_resp  # actions only, not the tool text
+        assert (b["rollout_log_probs"][i][mask == 0] == 0).all()
+        assert b["rm_scores"][i].sum() in (0.0, 1.0) and b["rm_scores"][i, n_resp - 1] == b["rm_scores"][i].sum()
+        assert out.non_tensor_batch["rtpo"][i]["turns"] == 2
+
+
+# ------------------------------------------------------------------ overrides and the CPU platform
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    import verl.trainer.main_ppo as main_ppo
+
+    with initialize_config_dir(config_dir=str(Path(main_ppo.__file__).parent / "config"), version_base=None):
+        return compose("ppo_trainer", overrides=overrides)
+
+
+@pytest.mark.parametrize("method", ["rtpo", "grpo"])
+def test_paper_config_overrides_compose_with_verl(method, tmp_path):
+    from rtpo.config import load_config
+    from rtpo.verl_ext.launch import verl_overrides
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    ov = verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                        tmp_path / "v.parquet", cpu=False)
+    c = _compose(ov)  # every key exists in verl 0.9.1's config (Hydra rejects unknown ones)
+    a, r = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
+    assert a.optim.lr == 1e-6 and a.optim.weight_decay == 0.01 and a.kl_loss_coef == 0.02 and a.use_kl_loss
+    assert a.kl_loss_type == "low_var_kl" and a.clip_ratio_c == 3.0 and a.loss_agg_mode == "token-mean"
+    assert c.data.train_batch_size == 64 and c.data.max_prompt_length == 8192
+    assert c.trainer.n_gpus_per_node == 8 and r.name == "vllm" and r.tensor_model_parallel_size == 2
+    assert r.gpu_memory_utilization == 0.6 and r.agent.default_agent_loop == "rtpo_agent"
+    assert c.rtpo.psi == "qwen3" and c.rtpo.env.max_turns == 3 and c.rtpo.max_new_tokens == 4096
+    if method == "rtpo":
+        assert c.trainer.v1.trainer_mode == "rtpo_sync" and c.algorithm.adv_estimator == "rtpo_sibling"
+        assert r.n == 1 and c.rtpo.method_cfg.trunks == 4 and c.rtpo.method_cfg.group_size == 3
+        assert c.data.max_response_length == 4096 and not c.algorithm.norm_adv_by_std_in_grpo
+    else:
+        assert c.trainer.v1.trainer_mode == "rtpo_chain_sync" and c.algorithm.adv_estimator == "grpo"
+        assert r.n == 16 and c.data.max_response_length == 3 * 4096 + 2 * 512
+    cpu = _compose(verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                                  tmp_path / "v.parquet", cpu=True))
+    assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.trainer.device == "cpu"
+    with pytest.raises(ValueError, match="not available on the verl engine"):
+        verl_overrides(cfg, "arpo", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+
+
+def test_gpu_smoke_overrides_compose_with_verl(tmp_path):
+    """scripts/gpu_smoke.sh cannot run here (no GPU): at least its Hydra overrides are valid for verl."""
+    from rtpo.verl_ext.gpu_smoke import smoke_config
+    from rtpo.verl_ext.launch import verl_overrides
+
+    ov = verl_overrides(smoke_config(2, 8, 1), "rtpo", "toy", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                        tmp_path / "v.parquet", cpu=False)
+    c = _compose(ov)
+    r = c.actor_rollout_ref.rollout
+    assert r.name == "vllm" and r.enforce_eager and r.n == 1 and c.trainer.n_gpus_per_node == 1
+    assert c.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    assert c.rtpo.env.reward == "parity" and c.trainer.v1.trainer_mode == "rtpo_sync"
+
+
+def test_cpu_platform_and_gloo_backend():
+    from rtpo.verl_ext.cpu_platform import PlatformCPU
+
+    p = PlatformCPU()
+    assert (p.device_name, p.communication_backend_name(), p.current_device(), p.ray_resource_name()) == \
+        ("cpu", "gloo", "cpu", "GPU")
+    m = p.device_module
+    assert m.max_memory_allocated() == 0 and m.is_available() and m.device_count() == 1
+    with m.stream(m.current_stream()):
+        pass
+    st = m.get_rng_state()
+    a = torch.rand(1)
+    m.set_rng_state(st)
+    assert torch.equal(a, torch.rand(1))
+    env = os.environ.copy()
+    env.update(VERL_PLATFORM="cpu", VERL_USE_EXTERNAL_MODULES="rtpo.verl_ext.cpu,rtpo.verl_ext.plugin",
+               PYTHONPATH=str(ROOT))
+    code = ("import verl, torch.distributed as d, verl.utils.distributed as u, os;"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', MASTER_ADDR='127.0.0.1', MASTER_PORT='29533');"
+            "from verl.utils.device import get_device_name, get_nccl_backend;"
+            "u.initialize_global_process_group_ray();"
+            "print(get_device_name(), get_nccl_backend(), d.get_backend())")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-3:] == ["cpu", "gloo", "gloo"]
+
+
+# ------------------------------------------------------------------ end to end through verl's trainer
+def _cfg(tmp: Path, steps: int, method: str) -> dict:
+    from rtpo.config import load_config
+
+    cfg = load_config(ROOT / "config" / "smoke.yaml", validate=False)
+    cfg["engine"] = "verl"
+    cfg["env"]["toy"] = {"max_turns": 2, "psi": "full", "max_new_tokens": 10, "max_prompt_tokens": 192,
+                         "reward": "parity"}
+    cfg["train"].update(steps=steps, prompts_per_step=2, lr=1e-3, checkpoint_every=1, micro_batch_tokens=4096)
+    cfg["method"]["rtpo"] = {"trunks": 2, "group_size": 3, "sync": "per_stage", "continuation": "on_policy",
+                             "adv_norm_std": False, "leave_one_out": False}
+    cfg["method"]["grpo"] = {"chains": 2}
+    cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.toy:env_factory", "agent_workers": 1,
+                   "obs_tokens": 32}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory):
+    """A Ray cluster for the module (started once, as main_ppo would: 32 logical CPUs, 1 logical GPU,
+    the harness environment), a tiny model directory and the toy task file."""
+    from rtpo.verl_ext.launch import verl_env
+
+    tmp = tmp_path_factory.mktemp("verl")
+    eng = tiny.engine(seed=0, max_position=512)
+    eng.model.save_pretrained(tmp / "model")
+    eng.tokenizer.save_pretrained(tmp / "model")
+    (tmp / "data").mkdir()
+    (tmp / "data" / "train.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in TOY))
+    ray_tmp = Path(f"/tmp/rtpo-ray-{os.getpid()}")
+    env = verl_env(cpu=True)
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway local cluster; the drivers below connect without a token
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    log = open(tmp / "ray_head.log", "w")
+    head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
+                             "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=32", "--num-gpus=1",
+                             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={ray_tmp}"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    t0 = time.time()
+    while "Ray runtime started" not in (tmp / "ray_head.log").read_text():
+        if head.poll() is not None or time.time() - t0 > 180:
+            head.kill()
+            pytest.fail("could not start a Ray head for the verl tests:\n" + (tmp / "ray_head.log").read_text()[-2000:])
+        time.sleep(0.5)
+    old = {k: os.environ.get(k) for k in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    os.environ.update(RAY_ADDRESS=address, RAY_AUTH_MODE="disabled")
+    try:
+        yield types.SimpleNamespace(tmp=tmp, model=tmp / "model", train=tmp / "data" / "train.jsonl")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        head.terminate()  # `ray start --block` stops the processes it started
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            head.kill()
+        log.close()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _train(run_, method: str, steps: int, out: Path) -> int:
+    from rtpo.verl_ext.launch import train_verl
+
+    args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(run_.model),
+                                 train_file=str(run_.train))
+    return train_verl(args, _cfg(run_.tmp, steps, method))
+
+
+@pytest.mark.slow
+def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
+    out = verl_run.tmp / "rtpo"
+    assert _train(verl_run, "rtpo", 1, out) == 0
+    assert (out / "checkpoint" / "global_step_1").is_dir()
+    assert _train(verl_run, "rtpo", 2, out) == 0  # resumes from global_step_1, trains step 2
+    log = (out / "verl.log").read_text()
+    assert "Resuming from" in log and "global_step_1" in log
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1] and all(r["engine"] == "verl" for r in recs)
+    for r in recs:
+        assert [t["k"] for t in r["turns"]] == [1, 0]  # the reverse sweep: K-1 first
+        for t in r["turns"]:
+            assert t["ratio_mean"] == pytest.approx(1.0, abs=2e-3)  # on-policy siblings: ratio 1
+            assert 0 <= t["kl_rollout_train"] < 1e-3
+            assert t["groups"] == 4 and t["trained_tokens"] > 0
+        assert r["tokens"]["sibling"] > 0 and r["tokens"]["continuation"] > 0 and r["tokens"]["trunk"] > 0
+        assert r["rollouts_per_prompt"] == 2 * (1 + 2 * 2 + 1)  # trunks + (stage 1: 2 sibs) + (stage 0: 2 sibs + 1 cont)
+        assert r["syncs"] == 2  # pushes: before stage 0, and at the step's end (for the next trunks)
+        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0  # parity rewards: the actor really moved
+    assert (out / "final" / "config.json").exists() and (out / "summary.json").exists()
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+def test_grpo_two_steps_on_verl(verl_run):
+    out = verl_run.tmp / "grpo"
+    assert _train(verl_run, "grpo", 2, out) == 0
+    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in recs] == [0, 1]
+    for r in recs:
+        assert r["trunks"]["n"] == 4 and r["trunks"]["turns_mean"] == 2.0  # 2 prompts x 2 chains, K = 2
+        # psi = full: the flattened recomputation scores the sampled tokens under their own context
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=2e-3) and r["tokens"]["chain"] > 0
+        assert r["tool_calls"] == 0 and r["rollouts_per_prompt"] == 2.0
+        assert 0 <= r["zero_adv_frac"] <= 1  # one GRPO advantage per chain
+    assert (out / "checkpoint" / "global_step_2").is_dir() and (out / "final" / "config.json").exists()
+
+
+# ------------------------------------------------------------------ the CLI and the Slurm launcher
+def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
+    """`rtpo train --engine verl` writes the parquet data, runs verl's main_ppo with the plugin modules
+    (faked here: it writes what a real run writes), then final/ and summary.json; under Slurm the
+    command goes through slurm_ray.sh."""
+    import rtpo.verl_ext.launch as launch
+    from rtpo.cli import main
+
+    data = tmp_path / "data" / "math"
+    data.mkdir(parents=True)
+    from rtpo.data import generate_tasks
+
+    (data / "train.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in generate_tasks("math", 4, 0, "train")))
+    seen = {}
+
+    def fake_call(cmd, env, stdout, stderr, cwd):
+        seen.update(cmd=cmd, env=env)
+        out = Path(cwd)
+        hf = out / "checkpoint" / "global_step_2" / "actor" / "huggingface"
+        hf.mkdir(parents=True, exist_ok=True)
+        (hf / "config.json").write_text("{}")
+        (out / "checkpoint" / "latest_checkpointed_iteration.txt").write_text("2")
+        (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward_mean": 0.5, "tokens": {"trunk": 3},
+                                                               "time": {"total": 1.0}, "psi": "qwen3"}) + "\n"
+                                                   for s in range(2)))
+        return 0
+
+    monkeypatch.setattr(launch.subprocess, "call", fake_call)
+    out = tmp_path / "run"
+    argv = ["train", "--engine", "verl", "--config", str(ROOT / "config" / "smoke.yaml"), "--method", "rtpo",
+            "--task", "math", "--seed", "1", "--model", str(tmp_path / "model"), "--train-file",
+            str(data / "train.jsonl"), "--out", str(out), "--set", "train.lr=0.0005"]
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert main(argv) == 0
+    cmd = seen["cmd"]
+    assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert "actor_rollout_ref.actor.optim.lr=0.0005" in cmd and "trainer.v1.trainer_mode=rtpo_sync" in cmd
+    assert f"+rtpo.metrics_path={out / 'metrics.jsonl'}" in cmd and "+rtpo.psi=qwen3" in cmd
+    assert seen["env"]["VERL_USE_EXTERNAL_MODULES"].split(",") == ["rtpo.verl_ext.cpu", "rtpo.verl_ext.plugin"]
+    assert seen["env"]["VERL_PLATFORM"] == "cpu"  # no GPU here: the CPU harness
+    import pandas as pd
+
+    rows = pd.read_parquet(out / "verl_data" / "train.parquet")
+    assert len(rows) == 4 and set(rows["agent_name"]) == {"rtpo_agent"}
+    assert json.loads(rows["extra_info"][0]["task"])["kind"] == "math"
+    assert (out / "final" / "config.json").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "verl" and summary["steps"] == 2 and summary["reward_last"] == 0.5
+    # inside a Slurm allocation, on GPUs: Ray through slurm_ray.sh
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setattr(launch, "use_cpu_harness", lambda cfg: False)
+    assert main(argv) == 0
+    assert seen["cmd"][:2] == ["bash", str(launch.SLURM_SCRIPT)] and seen["cmd"][3:5] == ["-m", "verl.trainer.main_ppo"]
+    assert seen["env"]["VERL_USE_EXTERNAL_MODULES"] == "rtpo.verl_ext.plugin"
+    assert seen["env"].get("VERL_PLATFORM") is None
+    assert "actor_rollout_ref.rollout.name=vllm" in seen["cmd"]
+
+
+@pytest.mark.slow
+def test_slurm_ray_script_starts_a_cluster_and_runs_the_command(tmp_path):
+    """slurm_ray.sh on a one-node 'allocation' (fake scontrol/srun, real Ray): the command sees the
+    cluster's resources through RAY_ADDRESS, and every Ray process is gone afterwards."""
+    import socket
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && echo "$3" | tr , "\\n" && exit 0\n'
+                                   "exit 1\n")
+    (bin_ / "srun").write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in -w|--nodes|--ntasks) shift 2;; '
+                               '-*) shift;; *) break;; esac; done\nexec "$@"\n')
+    for f in bin_.iterdir():
+        f.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_tmp = f"/tmp/rtpo-sr-{os.getpid()}"
+    env = dict(os.environ, PATH=f"{bin_}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+               SLURM_JOB_NODELIST="localhost", RTPO_GPUS_PER_NODE="1", RTPO_CPUS_PER_NODE="2",
+               RTPO_RAY_PORT=str(port), RTPO_RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    code = "import ray; ray.init(); print('RESOURCES', ray.cluster_resources().get('GPU'), len(ray.nodes()))"
+    res = subprocess.run(["bash", str(ROOT / "rtpo" / "verl_ext" / "slurm_ray.sh"), "python", "-c", code], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "RESOURCES 1.0 1" in res.stdout
+    left = subprocess.run(["pgrep", "-f", ray_tmp], capture_output=True, text=True).stdout.split()
+    assert not left, f"Ray processes left behind: {left}"
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    bad = subprocess.run(["bash", str(ROOT / "rtpo" / "verl_ext" / "slurm_ray.sh"), "true"],
+                         env={k: v for k, v in env.items() if k != "SLURM_JOB_NODELIST"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "not inside a Slurm allocation" in bad.stderr
