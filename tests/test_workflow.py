@@ -351,7 +351,9 @@ def test_slurm_executor_submits_with_fake_slurm(smoke_results, tmp_path):
            "RTPO_SLURM_GPU_PARTITION": "gpu"}
     tables_before = (work / "results" / "tables" / ".tables.done").stat().st_mtime
     cell = "results/runs/math/grpo/seed0/summary.json"
+    # the training job asks for two nodes (16 GPUs), as a two-node verl run does (docs/verl.md)
     r = run_snakemake(work, "--profile", "slurm", "--configfile", "config/smoke.yaml", "--forcerun", cell,
+                      "--set-resources", "train_grpo:nodes=2", "train_grpo:gpu=16",
                       "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
                       env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -361,7 +363,8 @@ def test_slurm_executor_submits_with_fake_slurm(smoke_results, tmp_path):
     submitted = {a[a.index("--comment") + 1].removeprefix("rule_").split("_wildcards_")[0]: a for a in sbatch}
     assert sorted(submitted) == ["evaluate_run", "train_grpo"] and len(sbatch) == 2, sbatch
     train = submitted["train_grpo"]
-    assert any(a.startswith("--gpus=") for a in train), train
+    assert "--nodes=2" in train and "--gpus=a100:16" in train, train
+    assert not any(a.startswith("--nodes") for a in submitted["evaluate_run"])  # one-GPU jobs: Slurm's default
     assert train[train.index("-A") + 1] == "rtpo_test" and train[train.index("-p") + 1] == "gpu"
     assert any(a.startswith("--gpus=") for a in submitted["evaluate_run"])  # paper-scale evaluation runs on a GPU
     assert any(c["cmd"] == "srun" for c in calls) and any(c["cmd"] in ("sacct", "squeue") for c in calls)
