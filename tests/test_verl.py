@@ -1,12 +1,14 @@
 """The verl backend (rtpo.verl_ext, issue 9) against the real verl 0.9.1 on CPU.
 
 Fast tests: the advantage estimators through verl's registry and its `compute_advantage` dispatch
-(equal to the local engine's functions on the same recorded groups); the in-process HF rollout
-server against the local engine's sampler; `RTPOAgentLoop` driven without Ray (boundary restore,
-response masks); the real `AgentLoopWorker` built in-process; the Hydra overrides composed with
-verl's own config. Slow tests: `train_verl` (what `rtpo train --engine verl` runs) through verl's
-real V1 trainer on CPU — RTPO for two steps across a checkpoint/resume, GRPO for two steps — on a
-Ray cluster the module starts once.
+(equal to the local engine's functions on the same recorded groups); `VerlEngine` (the engine seam
+on verl) against a fake trainer with an in-memory TransferQueue; the in-process HF rollout server
+against the local engine's sampler; `RTPOAgentLoop` driven without Ray (boundary restore, response
+masks); the real `AgentLoopWorker` built in-process; the Hydra overrides composed with verl's own
+config; vanilla's files without verl. Slow tests: `train_verl` (what `rtpo train --engine verl`
+runs) through verl's real V1 trainer on CPU — RTPO for two steps across a checkpoint/resume, GRPO
+and Tree-GRPO for two steps, ARPO for one, SeeUPO for two across a resume — on a Ray cluster the
+module starts once.
 """
 
 from __future__ import annotations
@@ -187,6 +189,225 @@ def test_rtpo_stage_rows_reproduce_the_local_advantages():
                 assert adv[i].abs().sum() == 0
     assert checked == 2 * (3 * 2) * 2  # (K = 2 stages) x (3 prompts x 2 trunks) x (G-1 = 2 siblings)
     assert nonzero > 0  # the parity reward spreads: the comparison is not between zeros
+
+
+# ------------------------------------------------------------------ VerlEngine (the engine seam on verl), without Ray
+class _FakeTQ:
+    """TransferQueue's kv API in memory: per-key tensor fields, returned as jagged tensors (as
+    TransferQueue returns them)."""
+
+    def __init__(self):
+        self.store: dict[str, dict] = {}
+
+    def kv_batch_put(self, keys, partition_id, fields=None, tags=None):
+        from transfer_queue import KVBatchMeta
+
+        for k in keys:
+            self.store.setdefault(k, {})
+        for name in (fields.keys() if fields is not None else []):
+            col = fields[name]
+            if not isinstance(col, torch.Tensor):
+                continue  # non-tensor columns (uid, extra_fields, ...) are not read back here
+            for k, v in zip(keys, col.unbind()):
+                self.store[k][name] = v
+        return KVBatchMeta(keys=list(keys), tags=list(tags or [{} for _ in keys]), partition_id=partition_id)
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        from tensordict import TensorDict
+
+        out = {f: torch.nested.as_nested_tensor([self.store[k][f] for k in keys], layout=torch.jagged)
+               for f in select_fields}
+        return TensorDict(out, batch_size=len(keys))
+
+    def kv_clear(self, keys, partition_id):
+        for k in keys:
+            self.store.pop(k, None)
+
+
+class _FakeVerlTrainer:
+    """What VerlEngine uses of a verl trainer: the actor is a LocalEngine's training model (forward:
+    `log_probs` over the whole sequence, response part at [-T-1:-1], as verl's workers write it), the
+    servers its rollout model (a push = LocalEngine.sync), `_balance_batch` appends one verl-style
+    padding row, `_update_actor_whole` records what the actor would train on."""
+
+    from rtpo.verl_ext.trainer import _RTPOMixin as _M
+
+    _measure_rollout_consistency = _M._measure_rollout_consistency
+    _old_from_rollout = _M._old_from_rollout
+
+    def __init__(self, eng, tq, temperature=1.0):
+        from omegaconf import OmegaConf
+
+        self.eng, self.tq = eng, tq
+        self.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"temperature": temperature}}})
+        self.global_steps, self.use_reference_policy, self.calls, self.trained = 1, False, [], []
+        self.checkpoint_manager = types.SimpleNamespace(sleep_replicas=lambda: self.calls.append("sleep"),
+                                                        update_weights=self._push)
+        self.actor_rollout_wg = types.SimpleNamespace(compute_log_prob=self._compute_log_prob)
+
+    def _push(self, global_steps):
+        self.calls.append("push")
+        self.eng.sync()
+
+    def _compute_log_prob(self, batch):
+        from tensordict import TensorDict
+
+        t, calc = float(batch.extra_info["temperature"]), bool(batch.extra_info.get("calculate_entropy"))
+        lps, ents = [], []
+        for k in batch.keys:
+            p, r = self.tq.store[k]["prompts"].tolist(), self.tq.store[k]["responses"].tolist()
+            lp, _, ent = self.eng._forward_logprobs(self.eng.model, [p], [r], t, with_entropy=True)
+            full_lp, full_ent = torch.zeros(len(p) + len(r)), torch.zeros(len(p) + len(r))
+            full_lp[len(p) - 1:-1], full_ent[len(p) - 1:-1] = lp[0].detach(), ent[0].detach()
+            lps.append(full_lp)
+            ents.append(full_ent)
+        f = {"log_probs": torch.nested.as_nested_tensor(lps, layout=torch.jagged)}
+        if calc:
+            f["entropy"] = torch.nested.as_nested_tensor(ents, layout=torch.jagged)
+        self.tq.kv_batch_put(keys=batch.keys, partition_id="train", fields=TensorDict(f, batch_size=len(batch)))
+        return batch
+
+    def _balance_batch(self, meta, metrics):
+        from tensordict import TensorDict
+        from transfer_queue import KVBatchMeta
+
+        eos = self.eng.tokenizer.eos_token_id
+        pad = {"prompts": torch.full((3,), eos), "responses": torch.full((1,), eos),
+               "response_mask": torch.zeros(1, dtype=torch.int64), "rollout_log_probs": torch.zeros(1)}
+        self.tq.kv_batch_put(keys=["pad_0_0"], partition_id="train",
+                             fields=TensorDict({k: v[None] for k, v in pad.items()}, batch_size=1))
+        return KVBatchMeta(keys=meta.keys + ["pad_0_0"], tags=meta.tags + [{"is_padding": True}],
+                           partition_id=meta.partition_id, extra_info=meta.extra_info)
+
+    def _compute_old_log_prob(self, batch, metrics):
+        from verl.workers.utils.padding import response_from_nested
+
+        batch.extra_info.update(temperature=self.config.actor_rollout_ref.rollout.temperature)
+        self._compute_log_prob(batch)
+        d = self.tq.kv_batch_get(keys=batch.keys, partition_id="train", select_fields=["log_probs", "response_mask"])
+        from tensordict import TensorDict
+
+        self.tq.kv_batch_put(keys=batch.keys, partition_id="train", fields=TensorDict(
+            {"old_log_probs": response_from_nested(d["log_probs"], d["response_mask"])}, batch_size=len(batch)))
+        return batch
+
+    def _update_actor_whole(self, batch, metrics, temperature=None):
+        fields = ["response_mask", "old_log_probs", "rollout_log_probs", "advantages", "returns", "responses"]
+        self.trained.append((list(batch.keys), self.tq.kv_batch_get(keys=batch.keys, partition_id="train",
+                                                                    select_fields=fields).to_padded_tensor()))
+        metrics.update({"actor/pg_loss": 0.25, "actor/pg_clipfrac": 0.125, "actor/kl_loss": 0.0,
+                        "actor/grad_norm": 1.5})
+        return batch
+
+
+def test_verl_engine_seam_without_ray(monkeypatch):
+    """VerlEngine on a fake verl trainer (in-memory TransferQueue, a LocalEngine as actor and servers):
+    Row -> TransferQueue fields (response_mask = Row.mask, rollout_log_probs = Row.old_logprobs,
+    per-token advantages = returns, verl's padding row zeros), old_log_probs := rollout logprobs on
+    trained tokens, the pre-update ratio; logprobs and ARPO's entropy equal the local engine's; the
+    server states (sleep before the actor computes, push before sampling, no sampling after an
+    update without sync); every TransferQueue key is either cleared or handed to fit()."""
+    import transfer_queue
+
+    from rtpo.engine.base import Row, UpdateConfig
+    from rtpo.verl_ext.engine import VerlEngine
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.server_engine import ServerEngine
+
+    tq = _FakeTQ()
+    for name in ("kv_batch_put", "kv_batch_get", "kv_clear"):
+        monkeypatch.setattr(transfer_queue, name, getattr(tq, name))
+    eng, ref = tiny.engine(seed=4), tiny.engine(seed=4)
+    trainer = _FakeVerlTrainer(eng, tq, temperature=0.9)
+    server = ServerEngine(HFGenerateServer(engine=eng), eng.tokenizer, eng.max_context)
+    ucfg = UpdateConfig(lr=1e-3)
+    ve = VerlEngine(trainer, server, ucfg, vocab_size=eng.model.config.vocab_size, max_context=eng.max_context)
+    tok = eng.tokenizer
+    ctx = [tok.encode("question continue yes"), tok.encode("Answer each turn. question")]
+    try:
+        ve.sync()
+        assert ve.weight_version == 1 and trainer.calls == []  # nothing changed: nothing pushed yet
+        params = SamplingParams(max_new_tokens=8, temperature=0.9, stop_at_tool_call=False, entropy_tokens=5)
+        comps = ve.sample(ctx, params, seeds=[11, 12])
+        assert trainer.calls == ["push", "sleep"]  # servers asleep at start-up; asleep again for the entropy forward
+        want = ref.sample(ctx, params, seeds=[11, 12])
+        for c, w in zip(comps, want):
+            assert c.ids == w.ids and c.logprobs == pytest.approx(w.logprobs, abs=1e-5)
+            assert c.entropy == pytest.approx(w.entropy, abs=1e-5) and 0 < c.entropy < 1
+            assert c.weight_version == 1
+        assert ve.logprobs(ctx, [c.ids for c in comps], 0.9) == \
+            [pytest.approx(x, abs=1e-5) for x in ref.logprobs(ctx, [c.ids for c in comps], 0.9)]
+        assert tq.store == {}  # scratch rows are cleared
+
+        masks = [[1] * len(comps[0].ids), [0, 0] + [1] * (len(comps[1].ids) - 2)]
+        rows = [Row(c, x.ids, x.logprobs, [0.5 * (i + 1)] * len(x.ids), m, group=f"g{i}")
+                for i, (c, x, m) in enumerate(zip(ctx, comps, masks))]
+        rows.append(Row(ctx[0], comps[0].ids[:2], comps[0].logprobs[:2], [9.0, 9.0], [0, 0]))  # untrained: dropped
+        with pytest.raises(ValueError, match="UpdateConfig.lr"):
+            ve.update(rows, UpdateConfig(lr=2e-3), 0.9)
+        with pytest.raises(ValueError, match="temperature"):
+            ve.update(rows, ucfg, 1.0)
+        stats = ve.update(rows, ucfg, 0.9)
+        assert stats.trained_tokens == sum(map(sum, masks)) and stats.ratio_mean == pytest.approx(1.0, abs=1e-4)
+        assert 0 <= stats.kl_rollout_train < 1e-6 and stats.grad_norm == 1.5 and stats.clip_frac == 0.125
+        keys, d = trainer.trained[0]
+        assert len(keys) == 3 and keys[-1] == "pad_0_0"  # the two trained rows + verl's padding row
+        for i, r in enumerate(rows[:2]):
+            n = len(r.response_ids)
+            assert d["responses"][i, :n].tolist() == r.response_ids
+            assert d["response_mask"][i, :n].tolist() == r.mask
+            assert d["advantages"][i, :n].tolist() == pytest.approx(r.advantages)
+            assert d["returns"][i, :n].tolist() == pytest.approx(r.advantages)
+            assert d["rollout_log_probs"][i, :n].tolist() == pytest.approx(r.old_logprobs)
+            on = torch.tensor(r.mask).bool()
+            assert d["old_log_probs"][i, :n][on].tolist() == pytest.approx(torch.tensor(r.old_logprobs)[on].tolist())
+        assert d["advantages"][2].abs().sum() == 0 and d["response_mask"][2].sum() == 0
+        assert ve.train_version == 1 and trainer.calls[-1] == "sleep"
+        with pytest.raises(RuntimeError, match="sync"):
+            ve.sample(ctx, params)  # the servers lag the actor: no stale sampling on verl
+        with pytest.raises(NotImplementedError, match="inference"):
+            ve.logprobs(ctx, [c.ids for c in comps], 0.9, weights="inference")
+        meta = ve.drain()
+        assert meta.keys == keys and set(tq.store) == set(keys)  # fit() gets every key left, and clears them
+        assert ve.drain().keys == []
+        ve.sync()
+        assert ve.weight_version == 2 and trainer.calls[-1] == "push"
+        with pytest.raises(ValueError, match="row 0: prompt_ids is empty"):
+            ve.update([Row([], [1], [0.0], [1.0], [1])], ucfg, 0.9)
+        with pytest.raises(ValueError, match="context 0 is empty"):
+            ve.logprobs([[]], [[1]])
+    finally:
+        server.close()
+
+
+def test_verl_engine_helpers():
+    """The pure pieces: one row's TransferQueue sample, padded advantages, the entropy normaliser, the
+    UpdateConfig the verl actor applies, Hydra values of method settings."""
+    from rtpo.engine.base import UpdateConfig
+    from rtpo.verl_ext.engine import check_update_config, normalized_entropy, padded_advantages, row_fields
+    from rtpo.verl_ext.launch import hydra_value
+
+    f = row_fields([5, 6, 7], [8, 9], [0, 1], [-0.5, -0.25], "u", 3)
+    assert f["input_ids"].tolist() == [5, 6, 7, 8, 9] and f["position_ids"].tolist() == [0, 1, 2, 3, 4]
+    assert f["response_mask"].tolist() == f["loss_mask"].tolist() == [0, 1]
+    assert f["rollout_log_probs"].tolist() == [-0.5, -0.25] and f["rm_scores"].tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="mask has 1"):
+        row_fields([5], [8, 9], [1], [0.0, 0.0], "u", 3)
+    with pytest.raises(ValueError, match="response_ids is empty"):
+        row_fields([5], [], [], [], "u", 3)
+    a = padded_advantages(["a", "pad", "b"], {"a": [1.0, 2.0], "b": [3.0]}, [2, 1, 1])
+    assert a.tolist() == [[1.0, 2.0], [0.0, 0.0], [3.0, 0.0]]
+    with pytest.raises(ValueError, match="row b: 1 advantages for 2"):
+        padded_advantages(["b"], {"b": [3.0]}, [2])
+    assert normalized_entropy(torch.tensor([1.0, 3.0, 100.0]), 2, 8) == pytest.approx(2.0 / np.log(8))
+    assert normalized_entropy(torch.zeros(0), 5, 8) is None
+    check_update_config(UpdateConfig(lr=1e-3, micro_batch_tokens=5), UpdateConfig(lr=1e-3))
+    with pytest.raises(ValueError, match="UpdateConfig.kl_coef"):
+        check_update_config(UpdateConfig(kl_coef=0.1), UpdateConfig())
+    assert hydra_value([0.8, 1.2]) == "[0.8,1.2]" and hydra_value(True) == "true" and hydra_value("once") == "once"
+    assert hydra_value("kl:0.1") == "'kl:0.1'" and hydra_value("it's") == "'it\\'s'"
+    with pytest.raises(ValueError, match="seeupo.x"):
+        hydra_value({"a": 1}, "seeupo.x")
 
 
 # ------------------------------------------------------------------ the in-process HF server
@@ -407,8 +628,34 @@ def test_paper_config_overrides_compose_with_verl(method, tmp_path):
     cpu = _compose(verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
                                   tmp_path / "v.parquet", cpu=True))
     assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.trainer.device == "cpu"
+    cfg["method"]["rtpo"]["sync"] = "interval:2"  # stale inference weights: not on verl
     with pytest.raises(ValueError, match="not available on the verl engine"):
-        verl_overrides(cfg, "arpo", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+        verl_overrides(cfg, "rtpo", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+    with pytest.raises(ValueError, match="vanilla trains nothing"):
+        verl_overrides(cfg, "vanilla", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+
+
+@pytest.mark.parametrize("method", ["tree_grpo", "arpo", "seeupo", "rtpo_off_policy"])
+def test_engine_methods_overrides_compose_with_verl(method, tmp_path):
+    """The methods that run on VerlEngine get trainer mode rtpo_engine_sync, rollout.n = 1, their whole
+    config section as rtpo.method_cfg, and response_length of a whole episode (flat / full-history rows)."""
+    from omegaconf import OmegaConf
+
+    from rtpo.config import load_config
+    from rtpo.verl_ext.launch import verl_overrides
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    if method == "rtpo_off_policy":
+        method = "rtpo"
+        cfg["method"]["rtpo"]["continuation"] = "off_policy"
+    c = _compose(verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                                tmp_path / "v.parquet", cpu=False))
+    assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and c.actor_rollout_ref.rollout.n == 1
+    assert c.rtpo.method == method
+    want = {k: v for k, v in cfg["method"][method].items() if k not in cfg["train"] and k != "psi"}
+    assert OmegaConf.to_container(c.rtpo.method_cfg) == want
+    R = 4096 if method == "rtpo" else 3 * 4096 + 2 * 512
+    assert c.data.max_response_length == R
 
 
 def test_gpu_smoke_overrides_compose_with_verl(tmp_path):
@@ -464,9 +711,23 @@ def _cfg(tmp: Path, steps: int, method: str) -> dict:
     cfg["method"]["rtpo"] = {"trunks": 2, "group_size": 3, "sync": "per_stage", "continuation": "on_policy",
                              "adv_norm_std": False, "leave_one_out": False}
     cfg["method"]["grpo"] = {"chains": 2}
+    # the methods on VerlEngine: enough rollouts per prompt for the parity rewards to differ
+    cfg["method"]["tree_grpo"] = {"trees": 2, "expansions": 1, "rounds": 1, "entropy_coef": 0.001}
+    cfg["method"]["arpo"] = {"initial": 2, "total": 4, "tau": 0.5, "beta": 0.2, "entropy_tokens": 5}
+    cfg["method"]["seeupo"] = {"chains": 4, "adv_clamp": 3.0, "ratio_clip": [0.8, 1.2]}
     cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.toy:env_factory", "agent_workers": 1,
                    "obs_tokens": 32}
     return cfg
+
+
+@pytest.fixture
+def verl_run_light(tmp_path):
+    """(model directory, toy task file) for runs that start no verl trainer."""
+    eng = tiny.engine(seed=0, max_position=512)
+    eng.model.save_pretrained(tmp_path / "model")
+    eng.tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in TOY))
+    return tmp_path / "model", tmp_path / "train.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -565,6 +826,98 @@ def test_grpo_two_steps_on_verl(verl_run):
         assert r["tool_calls"] == 0 and r["rollouts_per_prompt"] == 2.0
         assert 0 <= r["zero_adv_frac"] <= 1  # one GRPO advantage per chain
     assert (out / "checkpoint" / "global_step_2").is_dir() and (out / "final" / "config.json").exists()
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _loads(final: Path) -> None:
+    from rtpo.engine.local import LocalEngine
+
+    eng = LocalEngine.from_pretrained(final, reference=False)
+    assert eng.model.config.vocab_size == len(tiny.tokenizer())
+
+
+@pytest.mark.slow
+def test_tree_grpo_two_steps_on_verl(verl_run):
+    """Tree-GRPO, the local method on VerlEngine ("rtpo_engine_sync"): one update per step on flat rows."""
+    out = verl_run.tmp / "tree_grpo"
+    assert _train(verl_run, "tree_grpo", 2, out) == 0
+    recs = _records(out)
+    assert [r["step"] for r in recs] == [0, 1] and all(r["engine"] == "verl" for r in recs)
+    for i, r in enumerate(recs):
+        assert r["trained_tokens"] > 0 and r["tokens"]["chain"] > 0 and r["tokens"]["tree"] > 0
+        # psi = full and synced weights: every trained token is scored under its sampling context
+        assert r["ratio_mean"] == pytest.approx(1.0, abs=2e-3) and 0 <= r["kl_rollout_train"] < 1e-3
+        assert r["rollouts_per_prompt"] == 4.0  # M (1 + L N) = 2 * (1 + 1 * 1) leaves per prompt
+        assert r["syncs"] == 1 and r["weight_version"] == i + 1 and r["train_version"] == i + 1
+        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0  # parity rewards: the actor really moved
+    assert (out / "checkpoint" / "global_step_2" / "state.json").exists()
+    _loads(out / "final")
+
+
+@pytest.mark.slow
+def test_arpo_one_step_on_verl(verl_run):
+    """ARPO on VerlEngine: the branching entropies come from the actor's forward after sampling."""
+    out = verl_run.tmp / "arpo"
+    assert _train(verl_run, "arpo", 1, out) == 0
+    (r,) = _records(out)
+    assert r["step"] == 0 and r["trained_tokens"] > 0 and r["syncs"] == 1 and r["train_version"] == 1
+    assert r["ratio_mean"] == pytest.approx(1.0, abs=2e-3) and 0 <= r["kl_rollout_train"] < 1e-3
+    assert r["rollouts_per_prompt"] == 4.0  # every prompt ends with exactly `total` trajectories
+    assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0
+    _loads(out / "final")
+
+
+@pytest.mark.slow
+def test_seeupo_on_verl_with_resume(verl_run):
+    """SeeUPO on VerlEngine (one update per turn, reverse order), then a resumed second step: the
+    engine's counters and the method state come back from the engine trainer's checkpoint."""
+    out = verl_run.tmp / "seeupo"
+    assert _train(verl_run, "seeupo", 1, out) == 0
+    st = json.loads((out / "checkpoint" / "global_step_1" / "state.json").read_text())
+    assert st == {"step": 0, "method": {}}
+    assert _train(verl_run, "seeupo", 2, out) == 0
+    assert "Resuming from" in (out / "verl.log").read_text()
+    recs = _records(out)
+    assert [r["step"] for r in recs] == [0, 1]
+    for i, r in enumerate(recs):
+        assert [t["k"] for t in r["turns"]] == [1, 0] and all(t["trained_tokens"] > 0 for t in r["turns"])
+        # the first update of a step scores the full-history rows (= c_k under psi = full) before any change
+        assert r["turns"][0]["ratio_mean"] == pytest.approx(1.0, abs=2e-3)
+        # the counters continue across the resume (engine.json): one sync and K = 2 updates per step
+        assert r["syncs"] == 1 and r["weight_version"] == i + 1 and r["train_version"] == 2 * (i + 1)
+        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0
+    _loads(out / "final")
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+def test_vanilla_on_verl_writes_the_local_files(verl_run_light, tmp_path):
+    """vanilla (train.steps 0) on verl runs no trainer: final/ (the base model) and summary.json, the
+    files of the local engine's vanilla run, with the same weights."""
+    from rtpo.engine.local import LocalEngine
+    from rtpo.train import train
+    from rtpo.verl_ext.launch import train_verl
+
+    model, data = verl_run_light
+    cfg = _cfg(tmp_path, 0, "vanilla")
+    local, verl = tmp_path / "local", tmp_path / "verl"
+    train("vanilla", "toy", copy.deepcopy(cfg), 0, local, model, data, progress=False)
+    args = types.SimpleNamespace(method="vanilla", task="toy", seed=0, out=str(verl), model=str(model),
+                                 train_file=str(data))
+    assert train_verl(args, cfg) == 0
+    assert sorted(p.name for p in local.iterdir()) == ["final", "summary.json"]
+    assert sorted(p.name for p in verl.iterdir()) == ["final", "summary.json"]
+    a, b = (json.loads((d / "summary.json").read_text()) for d in (local, verl))
+    assert b.pop("engine") == "verl"
+    a.pop("wall_s_this_run"), b.pop("wall_s_this_run")
+    assert a == b and a["steps"] == 0
+    wa, wb = (LocalEngine.from_pretrained(d / "final", reference=False).model.state_dict() for d in (local, verl))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    cfg["method"]["vanilla"]["steps"] = 1  # a vanilla run that would log rollouts: not on verl
+    with pytest.raises(ValueError, match="vanilla trains nothing"):
+        train_verl(args, cfg)
 
 
 # ------------------------------------------------------------------ the CLI and the Slurm launcher

@@ -2,11 +2,13 @@
 
 Modules (importing this package imports none of them, so `rtpo` stays light):
   plugin        what ``VERL_USE_EXTERNAL_MODULES`` loads in every verl process: registers the
-                advantage estimators, the agent loop and the RTPO trainer
+                advantage estimators, the agent loop and the trainers
   advantages    verl advantage estimators calling `rtpo.methods.advantages`
   agent_loop    `RTPOAgentLoop`: rtpo envs + tool parser + psi as a verl AgentLoopBase
   server_engine `ServerEngine`: rtpo's Roller sampling through verl's LLM server client
-  trainer       the V1 trainer mode "rtpo_sync": RTPO's reverse sweep
+  trainer       the V1 trainer modes: "rtpo_sync" (RTPO's reverse sweep), "rtpo_chain_sync" (GRPO on
+                verl's pipeline), "rtpo_engine_sync" (any local method on `VerlEngine`)
+  engine        `VerlEngine`: rtpo's engine seam (PolicyEngine) inside a verl trainer process
   data          task files -> verl parquet datasets
   launch        `rtpo train --engine verl`: config -> Hydra overrides -> verl's main_ppo (local or Slurm)
   cpu, cpu_platform, hf_rollout   the CPU harness (platform "cpu", rollout "hf")

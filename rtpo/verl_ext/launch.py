@@ -19,14 +19,24 @@ device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, att
 prompt_length, response_length, obs_tokens, agent_workers, env_factory, overrides (a list of raw
 Hydra overrides appended last).
 
-Methods on verl: rtpo / rtpo_ca (trainer mode "rtpo_sync") and grpo ("rtpo_chain_sync"). The
-others (tree_grpo, arpo, seeupo, vanilla) need their own rollout shapes on verl and raise.
+Methods on verl (`VERL_METHODS`, `trainer_mode`):
+  rtpo, rtpo_ca   "rtpo_sync" (RTPO's reverse sweep on verl's pipeline); with
+                  ``continuation: off_policy`` "rtpo_engine_sync" (the local RTPO through VerlEngine:
+                  the whole tree is sampled before any update, so no stale inference weights are
+                  needed). ``sync: interval:N | kl:tau`` raise: they sample from stale weights, which
+                  vLLM's sleep discards.
+  grpo            "rtpo_chain_sync" (verl's own sync trainer on flat rows, algorithm.adv_estimator=grpo).
+  tree_grpo, arpo, seeupo
+                  "rtpo_engine_sync": the local method's `step` on `VerlEngine` (engine.py).
+  vanilla         (train.steps 0) no verl run: final/ is a copy of the base model, plus summary.json,
+                  the files the local engine writes for an untrained run (`write_untrained`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +49,49 @@ from rtpo.verl_ext import CPU_MODULES, PLUGIN_MODULES, VERL_VERSION
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
 SLURM_SCRIPT = HERE / "slurm_ray.sh"
-VERL_METHODS = {"rtpo": "rtpo_sync", "rtpo_ca": "rtpo_sync", "grpo": "rtpo_chain_sync"}
+# method -> V1 trainer mode (`trainer_mode` refines rtpo's by its settings; vanilla runs no trainer)
+VERL_METHODS = {"rtpo": "rtpo_sync", "rtpo_ca": "rtpo_sync", "grpo": "rtpo_chain_sync",
+                "tree_grpo": "rtpo_engine_sync", "arpo": "rtpo_engine_sync", "seeupo": "rtpo_engine_sync",
+                "vanilla": None}
+TURN_ROW_METHODS = ("rtpo", "rtpo_ca")  # rows (c_k, one turn); the others train flattened or full-history rows
+
+
+def trainer_mode(method: str, m: dict[str, Any]) -> str:
+    """The V1 trainer mode of a method with its settings `m` (the config's method section)."""
+    if method not in VERL_METHODS:
+        raise ValueError(f"method {method!r} is not available on the verl engine (have: {sorted(VERL_METHODS)}); "
+                         "run it with engine: local")
+    if method == "vanilla":
+        raise ValueError("vanilla trains nothing: `rtpo train --engine verl` writes its final/ and summary.json "
+                         "without verl (write_untrained)")
+    if method in TURN_ROW_METHODS:
+        sync = str(m.get("sync", "per_stage"))
+        if sync != "per_stage":
+            raise ValueError(f"{method}.sync={sync!r} is not available on the verl engine (per_stage only): it samples "
+                             "from stale inference weights, which vLLM's sleep (level 2) discards; run it with "
+                             "engine: local")
+        cont = str(m.get("continuation", "on_policy"))
+        if cont not in ("on_policy", "off_policy"):
+            raise ValueError(f"{method}.continuation must be on_policy or off_policy, got {cont!r}")
+        return "rtpo_engine_sync" if cont == "off_policy" else "rtpo_sync"
+    return str(VERL_METHODS[method])
+
+
+def hydra_value(v: Any, key: str = "value") -> str:
+    """A Python value as a Hydra override value (strings quoted unless they are plain words)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(hydra_value(x, key) for x in v) + "]"
+    if isinstance(v, str):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", v):
+            return v
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    raise ValueError(f"{key}: cannot pass a {type(v).__name__} to verl as a Hydra override value")
 
 
 def _verl_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -63,15 +115,17 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int,
     """(prompt_length, response_length) of verl's rows.
 
     RTPO rows are (c_k, one turn): prompt = env.max_prompt_tokens (default: half the model's
-    positions), response = env.max_new_tokens. Chain rows are (initial context, the flattened
-    trajectory): response = K * max_new_tokens + (K - 1) * verl.obs_tokens (tool results between
-    turns; default 512). `verl.prompt_length` / `verl.response_length` override both.
+    positions), response = env.max_new_tokens. Every other method trains flat rows (initial context,
+    the flattened trajectory; GRPO, Tree-GRPO, ARPO) or full-history rows (SeeUPO: history up to turn
+    k, turn k), whose trajectories need prompt + response = the whole episode: response = K *
+    max_new_tokens + (K - 1) * verl.obs_tokens (tool results between turns; default 512).
+    `verl.prompt_length` / `verl.response_length` override both.
     """
     v = _verl_cfg(cfg)
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
     max_pos = int(cfg.get("model", {}).get("tiny", {}).get("max_position", 4096))
     P = int(v.get("prompt_length") or env.get("max_prompt_tokens") or max_pos // 2)
-    if VERL_METHODS.get(method) == "rtpo_sync":
+    if method in TURN_ROW_METHODS:
         R = T
     else:
         R = K * T + (K - 1) * int(v.get("obs_tokens", 512))
@@ -83,15 +137,12 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched."""
     from rtpo.config import method_settings
 
-    if method not in VERL_METHODS:
-        raise ValueError(f"method {method!r} is not available on the verl engine (have: {sorted(VERL_METHODS)}); "
-                         "run it with engine: local")
     s = method_settings(cfg, method, task)
     tr, m, env, psi = s["train"], s["method"], s["env"], s["psi"]
+    mode = trainer_mode(method, m)
     v = _verl_cfg(cfg)
     out = Path(out).resolve()
     P, R = lengths(cfg, method, env)
-    mode = VERL_METHODS[method]
     kl = float(tr["kl_coef"])
     n_prompts = int(tr["prompts_per_step"])
     tok = int(tr["micro_batch_tokens"])
@@ -146,6 +197,11 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         for k in ("trunks", "group_size", "sync", "continuation"):
             if k in m:
                 o.append(f"+rtpo.method_cfg.{k}={m[k]}")
+    elif mode == "rtpo_engine_sync":
+        # the method computes its own advantages (rtpo.methods.advantages): verl's estimator never runs
+        o += ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1",
+              "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
+        o += [f"+rtpo.method_cfg.{k}={hydra_value(val, f'{method}.{k}')}" for k, val in sorted(m.items())]
     else:
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
@@ -254,11 +310,40 @@ def export_final(out: Path) -> Path | None:
     return final
 
 
+def write_untrained(method: str, task: str, seed: int, out: Path, model_dir: str | Path, psi: str) -> dict[str, Any]:
+    """An untrained run (train.steps 0; vanilla): what the local engine writes for it, without verl.
+
+    <out>/final is a copy of the base model directory (the local engine re-saves the same weights),
+    <out>/summary.json the run summary of zero steps; a stale metrics.jsonl is removed (no steps).
+    """
+    from rtpo.instrument import run_summary
+
+    t0 = time.perf_counter()
+    src = Path(model_dir)
+    if not (src / "config.json").exists():
+        raise FileNotFoundError(f"--model {src} is not a Hugging Face model directory (no config.json)")
+    final = out / "final"
+    if final.exists():
+        shutil.rmtree(final)
+    shutil.copytree(src, final)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    summary = run_summary([], method=method, task=task, seed=int(seed), engine="verl", steps=0, psi=psi,
+                          wall_s_this_run=time.perf_counter() - t0)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
 def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     """`rtpo train` on verl. args: method, task, seed, out, model, train_file (the CLI namespace)."""
-    check_verl_version()
+    from rtpo.config import method_settings
+
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    s = method_settings(cfg, args.method, args.task)
+    if int(s["train"]["steps"]) == 0:  # vanilla: nothing to train, no verl run
+        print(json.dumps(write_untrained(args.method, args.task, int(args.seed), out, args.model, s["psi"])))
+        return 0
+    check_verl_version()
     cpu = use_cpu_harness(cfg)
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu)

@@ -5,7 +5,7 @@ every process (driver, TaskRunner, workers, agent-loop workers), which is where 
 filled. Importing this module registers:
   * the advantage estimators rtpo_sibling, rtpo_sibling_loo, tree_grpo, seeupo (`advantages.py`);
   * the agent loop "rtpo_agent" (`agent_loop.py`);
-  * the V1 trainer mode "rtpo_sync" (RTPO's reverse sweep, `trainer.py`).
+  * the V1 trainer modes "rtpo_sync", "rtpo_chain_sync" and "rtpo_engine_sync" (`trainer.py`).
 The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the "hf" rollout).
 """
 
@@ -17,7 +17,7 @@ from rtpo.verl_ext import agent_loop as _agent_loop  # noqa: F401  (registers "r
 _advantages.register()
 
 try:  # the trainer needs TransferQueue (verl[verl-core]); the estimators and agent loop do not
-    from rtpo.verl_ext import trainer as _trainer  # noqa: F401  (registers "rtpo_sync" on import)
+    from rtpo.verl_ext import trainer as _trainer  # noqa: F401  (registers the trainer modes on import)
 except ImportError as _e:  # pragma: no cover - reported when the trainer is selected
     import logging
 

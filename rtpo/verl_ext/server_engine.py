@@ -74,7 +74,8 @@ class ServerEngine:
     def sampling_params(self, params: SamplingParams, prompt_len: int, seed: int | None) -> dict[str, Any]:
         """vLLM-style sampling params of one request (what verl's servers take)."""
         if params.logprob_top_k or params.entropy_tokens:
-            raise NotImplementedError("ServerEngine: top-k logprobs / entropy (ARPO) are not wired to verl servers yet")
+            raise NotImplementedError("ServerEngine: verl's servers return the sampled tokens' logprobs only (no top-k "
+                                      "logprobs, no entropy); VerlEngine computes ARPO's entropy with the actor")
         sp: dict[str, Any] = {
             "temperature": float(params.temperature), "top_p": float(params.top_p), "top_k": -1,
             "repetition_penalty": 1.0, "logprobs": True,

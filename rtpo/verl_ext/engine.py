@@ -1,0 +1,414 @@
+"""VerlEngine: rtpo's engine seam (`rtpo.engine.base.PolicyEngine`) inside a verl V1 trainer process.
+
+The local methods (`rtpo.methods.*`) only talk to a `PolicyEngine`. `VerlEngine` gives them one whose
+two weight sets are verl's: the *training* weights are the FSDP actor (`actor_rollout_wg`), the
+*inference* weights are those loaded in the rollout servers (vLLM; "hf" on the CPU harness). So every
+method runs on verl unchanged, and verl never learns which method runs (docs/verl.md).
+
+    sample     `ServerEngine` over verl's `LLMServerClient` (one generate request per context). For
+               `SamplingParams.entropy_tokens = N > 0` (ARPO), verl's servers return only the sampled
+               tokens' logprobs, so `Completion.entropy` (the mean over the first N sampled tokens of
+               H_t / log|V|, H_t the entropy of the temperature-scaled next-token distribution, as
+               `LocalEngine` computes it) comes from the actor's forward on (context, ids[:N]) with
+               verl's `calculate_entropy=True`. It is the sampling policy's entropy because sampling
+               is refused while the actor is ahead of the servers (see below): at sampling time the
+               servers hold exactly the actor's weights (up to the rollout/training numerics that
+               the ratio measures). Cost on GPUs: the servers sleep for that forward and are woken
+               with a weight push before the next `sample` (one push per sampling wave).
+    logprobs   rows (prompt = context, response = completion) written to TransferQueue, verl's
+               actor `compute_log_prob`, read back and cleared. weights="inference" is served by
+               the actor when the servers are in sync with it (the only state in which they hold
+               weights at all on GPUs); otherwise it raises.
+    update     the rows (prompt_ids, response_ids, response_mask = Row.mask, rollout_log_probs =
+               Row.old_logprobs, advantages = returns = Row.advantages, per token) go to
+               TransferQueue, then verl's pipeline as the RTPO trainer runs it: the trainer's
+               `_compute_old_log_prob` (actor forward; the pre-update ratio exp(train - rollout)
+               and k3 KL(rollout || train) are measured here on mask == 1 tokens), old_log_probs :=
+               rollout logprobs on those tokens (the local engine's PPO convention), ref logprobs
+               when the KL loss is on, and one `update_actor` on the whole batch (one mini-batch,
+               `UpdateConfig.epochs` passes). No verl advantage estimator runs: the methods computed
+               the advantages with the shared functions of `rtpo.methods.advantages`.
+    sync       pushes the actor's weights to the servers (`checkpoint_manager.update_weights`) when
+               an update changed them and bumps `weight_version` (every call, as `LocalEngine`).
+
+Server states. Colocated verl puts the servers to sleep before the actor computes (vLLM frees the
+GPU memory) and loads weights into sleeping servers only; vLLM's sleep level 2 (full weights)
+*discards* the weights. Hence: every actor forward sleeps the servers first; `sample` with
+sleeping servers and an unchanged actor re-pushes the same weights (no version bump); `sample`
+after an `update` without `sync()` raises, because the stale inference weights a lagging method
+would sample from no longer exist (RTPO's sync modes interval:N / kl:tau need them).
+
+Every TransferQueue key an `update` writes (verl's padding rows included) is kept until the
+trainer collects them with `drain()` and returns them to verl's `fit()`, which computes its metrics
+on them and clears them; keys of `logprobs` / entropy forwards are cleared at once.
+
+Persistence: verl's checkpoint holds the weights (`actor/`); `save`/`load` write and read the
+engine's counters (`engine.json`) next to it, the trainer the method state (`state.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats
+
+PARTITION = "train"
+CHECKED_UPDATE_FIELDS = ("lr", "clip_low", "clip_high", "dual_clip_c", "kl_coef", "entropy_coef", "max_grad_norm",
+                         "weight_decay", "epochs", "mini_batches")
+
+
+# ---------------------------------------------------------------------- pure helpers
+def row_fields(prompt_ids: list[int], response_ids: list[int], mask: list[int], rollout_logprobs: list[float],
+               uid: str, global_steps: int, data_source: str = "rtpo/engine") -> dict[str, Any]:
+    """One TransferQueue sample in the layout of verl's AgentLoopWorkerTQ (`trainer.tq_fields`).
+
+    Tensors (P = len(prompt_ids), T = len(response_ids)):
+      prompts (P,) int64, responses (T,) int64, input_ids (P+T,) int64, position_ids (P+T,) int64,
+      response_mask = loss_mask (T,) int64 (1 = token trained), rollout_log_probs (T,) float32,
+      rm_scores (T,) float32 zeros (rewards live in the method, not in the engine).
+    """
+    T = len(response_ids)
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty")
+    if T == 0:
+        raise ValueError("response_ids is empty")
+    if len(mask) != T or len(rollout_logprobs) != T:
+        raise ValueError(f"mask has {len(mask)} and rollout_logprobs {len(rollout_logprobs)} entries, "
+                         f"response_ids has {T} tokens")
+    prompts = torch.tensor(prompt_ids, dtype=torch.int64)
+    responses = torch.tensor(response_ids, dtype=torch.int64)
+    m = torch.tensor([int(x) for x in mask], dtype=torch.int64)
+    ids = torch.cat([prompts, responses])
+    return {"prompts": prompts, "responses": responses, "response_mask": m, "loss_mask": m.clone(),
+            "input_ids": ids, "position_ids": torch.arange(ids.shape[0], dtype=torch.int64),
+            "rollout_log_probs": torch.tensor(rollout_logprobs, dtype=torch.float32),
+            "rm_scores": torch.zeros(T, dtype=torch.float32), "num_turns": 0, "uid": uid,
+            "global_steps": int(global_steps), "session_id": 0, "data_source": data_source,
+            "multi_modal_inputs": {}, "extra_fields": {}}
+
+
+def row_tag(prompt_len: int, response_len: int, global_steps: int) -> dict[str, Any]:
+    """The TransferQueue tag of a row (what `_balance_batch` and verl's metrics read)."""
+    v = max(0, int(global_steps) - 1)  # rows carry no weight version; verl's staleness metric reads 0
+    return {"status": "success", "prompt_len": int(prompt_len), "response_len": int(response_len),
+            "seq_len": int(prompt_len) + int(response_len), "global_steps": int(global_steps),
+            "min_global_steps": v, "max_global_steps": v}
+
+
+def update_rows_fields(rows: list[Row], global_steps: int, prefix: str) -> tuple[list[str], list[dict], list[dict]]:
+    """(keys, samples, tags) of the rows `VerlEngine.update` writes to TransferQueue.
+
+    Row.mask -> response_mask, Row.old_logprobs -> rollout_log_probs; the key of row j is
+    "<prefix>r<j>_0_0" and its uid Row.group (or the key). Advantages are written after verl's
+    batch balancing (its padding rows need their own zeros): see `padded_advantages`.
+    """
+    keys, fields, tags = [], [], []
+    for j, r in enumerate(rows):
+        key = f"{prefix}r{j}_0_0"
+        try:
+            f = row_fields(r.prompt_ids, r.response_ids, r.mask, r.old_logprobs, r.group or key, global_steps)
+        except ValueError as e:
+            raise ValueError(f"VerlEngine.update: row {j}: {e}") from None
+        keys.append(key)
+        fields.append(f)
+        tags.append(row_tag(len(r.prompt_ids), len(r.response_ids), global_steps))
+    return keys, fields, tags
+
+
+def padded_advantages(keys: list[str], advantages: dict[str, list[float]], response_lens: list[int]) -> torch.Tensor:
+    """(B, T_max) float32: row i holds advantages[keys[i]] (zeros for keys not in it: verl's padding
+    rows), zero-padded on the right to T_max = max(response_lens)."""
+    out = torch.zeros(len(keys), max(response_lens, default=0), dtype=torch.float32)
+    for i, (k, n) in enumerate(zip(keys, response_lens)):
+        a = advantages.get(k)
+        if a is not None:
+            if len(a) != n:
+                raise ValueError(f"row {k}: {len(a)} advantages for {n} response tokens")
+            out[i, :n] = torch.tensor(a, dtype=torch.float32)
+    return out
+
+
+def normalized_entropy(entropy: torch.Tensor, n_tokens: int, vocab_size: int) -> float | None:
+    """Mean of entropy[:n_tokens] / log(vocab_size): `Completion.entropy` (None for no tokens).
+
+    entropy: (T,) per-token entropies (nats) of the sampled tokens' next-token distributions.
+    """
+    e = entropy[:n_tokens]
+    if e.numel() == 0:
+        return None
+    return float(e.float().mean()) / math.log(vocab_size)
+
+
+def update_stats(metrics: dict[str, Any], ratio: float, kl: float, n: int) -> UpdateStats:
+    """UpdateStats from verl's reduced actor metrics and the pre-update ratio / KL measurement."""
+    def g(key: str) -> float:
+        v = metrics.get(key, 0.0)
+        return float(sum(v) / len(v)) if isinstance(v, (list, tuple)) and v else float(v or 0.0)
+
+    return UpdateStats(loss=g("actor/pg_loss"), ratio_mean=ratio, kl_rollout_train=kl, clip_frac=g("actor/pg_clipfrac"),
+                       kl_ref=g("actor/kl_loss"), grad_norm=g("actor/grad_norm"), trained_tokens=int(n))
+
+
+def update_config_from_verl(config: Any) -> UpdateConfig:
+    """The UpdateConfig the verl actor applies (launch.verl_overrides writes it from train.*)."""
+    a = config.actor_rollout_ref.actor
+    return UpdateConfig(lr=float(a.optim.lr), clip_low=float(a.clip_ratio_low), clip_high=float(a.clip_ratio_high),
+                        dual_clip_c=float(a.clip_ratio_c), kl_coef=float(a.kl_loss_coef) if a.use_kl_loss else 0.0,
+                        entropy_coef=float(a.entropy_coeff), max_grad_norm=float(a.grad_clip),
+                        weight_decay=float(a.optim.weight_decay), epochs=int(a.ppo_epochs), mini_batches=1,
+                        micro_batch_tokens=int(a.ppo_max_token_len_per_gpu or 0))
+
+
+def check_update_config(got: UpdateConfig, want: UpdateConfig) -> None:
+    """The verl actor's optimizer settings are fixed at start-up: a method asking for others is an error."""
+    for name in CHECKED_UPDATE_FIELDS:
+        a, b = getattr(got, name), getattr(want, name)
+        if not math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12):
+            raise ValueError(f"VerlEngine.update: UpdateConfig.{name}={a!r}, but the verl actor was started with "
+                             f"{b!r} (set it through the run config, which launch.verl_overrides passes to verl)")
+
+
+# ---------------------------------------------------------------------- the engine
+class VerlEngine:
+    """`PolicyEngine` on a running verl V1 trainer (module docstring).
+
+    trainer:    the trainer object (`rtpo.verl_ext.trainer.RTPOEngineTrainer`): its actor worker group,
+                checkpoint manager, `_balance_batch`, `_compute_old_log_prob`, `_compute_ref_log_prob`,
+                `_measure_rollout_consistency`, `_old_from_rollout`, `_update_actor_whole`, config.
+    server:     the `ServerEngine` that samples from verl's rollout servers.
+    update_cfg: the actor's settings (`update_config_from_verl`); `update` checks a method's against it.
+    vocab_size: |V| of the model's logits (the normaliser of ARPO's entropy).
+    max_context: prompt + response tokens a row or a request may reach.
+    """
+
+    def __init__(self, trainer: Any, server: Any, update_cfg: UpdateConfig, vocab_size: int, max_context: int) -> None:
+        self.trainer, self.server = trainer, server
+        self.tokenizer = server.tokenizer
+        self.update_cfg = update_cfg
+        self.vocab_size = int(vocab_size)
+        self.max_context = int(max_context)
+        self.temperature = float(trainer.config.actor_rollout_ref.rollout.temperature)
+        self.weight_version = 0
+        self.train_version = 0
+        self.pushes = 0               # weight pushes to the servers (syncs + re-pushes after a sleep)
+        self.metrics: dict[str, Any] = {}   # verl's metrics of the last update (for verl's logger)
+        self._awake = False           # servers hold weights (verl's _setup leaves them asleep)
+        self._dirty = False           # the actor changed since the servers last got its weights
+        self._calls = 0
+        self._keys: list[str] = []    # TransferQueue keys of this step's updates, for fit() to clear
+        self._tags: list[dict] = []
+
+    # ------------------------------------------------------------------ server states
+    def _timing(self) -> dict[str, float]:
+        """The trainer's timing dict of the current step (verl's fit() resets it every step)."""
+        t = getattr(self.trainer, "timing_raw", None)
+        return t if t is not None else {}
+
+    def _push(self) -> None:
+        """Load the actor's weights into the (sleeping) servers; verl wakes them up."""
+        from verl.utils.debug import marked_timer
+
+        if self._awake:
+            self.trainer.checkpoint_manager.sleep_replicas()
+        with marked_timer("update_weights", self._timing(), color="red"):
+            self.trainer.checkpoint_manager.update_weights(self.trainer.global_steps)
+        self._awake, self._dirty = True, False
+        self.pushes += 1
+
+    def _sleep(self) -> None:
+        """Release the servers before the actor computes (colocated GPUs; vLLM drops its weights)."""
+        if self._awake:
+            self.trainer.checkpoint_manager.sleep_replicas()
+            self._awake = False
+
+    def wake(self) -> None:
+        """Push the current actor weights (start-up, after verl loaded a checkpoint)."""
+        self._push()
+
+    def sync(self) -> None:
+        """Training -> inference weights (a push when an update changed the actor); bumps weight_version."""
+        if self._dirty:
+            self._push()
+        self.weight_version += 1
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, contexts: list[list[int]], params: SamplingParams,
+               seeds: list[int] | None = None) -> list[Completion]:
+        """One completion per context from the servers (inference weights); see the module docstring
+        for `params.entropy_tokens`."""
+        if params.logprob_top_k:
+            raise NotImplementedError("VerlEngine.sample: SamplingParams.logprob_top_k is not available from verl's "
+                                      "servers (they return the sampled tokens' logprobs only)")
+        if self._dirty:
+            raise RuntimeError("VerlEngine.sample: the actor was updated since the last sync(); the servers no "
+                               "longer hold the previous inference weights (vLLM sleep level 2 discards them), "
+                               "so sampling from stale weights is not possible on verl: call sync() first")
+        if not self._awake:
+            self._push()  # same weights as before the sleep: no new version
+        comps = self.server.sample(contexts, dataclasses.replace(params, entropy_tokens=0), seeds)
+        for c in comps:
+            c.weight_version = self.weight_version
+        if params.entropy_tokens > 0:
+            n = int(params.entropy_tokens)
+            # greedy sampling: the entropy of the raw distribution (as LocalEngine)
+            temp = params.temperature if params.temperature > 0 else 1.0
+            idx = [i for i, c in enumerate(comps) if c.ids]
+            if idx:
+                _, ents = self._forward([contexts[i] for i in idx], [comps[i].ids[:n] for i in idx], temp, entropy=True)
+                for i, e in zip(idx, ents):
+                    comps[i].entropy = normalized_entropy(e, n, self.vocab_size)
+        return comps
+
+    # ------------------------------------------------------------------ scoring
+    def _check(self, contexts: list[list[int]], completions: list[list[int]], rows: bool = False) -> None:
+        """Non-empty contexts that fit with their completions (as LocalEngine: prompt + response[:-1] <
+        max_context); errors name "context i" (logprobs) or "row i: prompt_ids" (update)."""
+        if not contexts:
+            raise ValueError("empty batch: no contexts given")
+        if len(completions) != len(contexts):
+            raise ValueError(f"{len(completions)} completions for {len(contexts)} contexts")
+        for i, (c, r) in enumerate(zip(contexts, completions)):
+            name = f"row {i}: prompt_ids" if rows else f"context {i}"
+            if not c:
+                raise ValueError(f"{name} is empty")
+            if len(c) + max(len(r) - 1, 0) >= self.max_context:
+                raise ValueError(f"{name} + {'response_ids' if rows else 'completion'} has {len(c) + len(r)} tokens; "
+                                 f"verl's rows accept at most {self.max_context} "
+                                 "(rollout prompt_length + response_length)")
+
+    def _forward(self, contexts: list[list[int]], completions: list[list[int]], temperature: float,
+                 entropy: bool = False) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Actor forward on (context, completion) rows: per-row (T_i,) logprobs and (if asked) entropies.
+
+        The rows go through TransferQueue under scratch keys (verl's padding rows included) that are
+        cleared before returning.
+        """
+        import transfer_queue as tq
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+        from verl.workers.utils.padding import response_from_nested
+
+        tr = self.trainer
+        self._sleep()
+        self._calls += 1
+        gs = int(tr.global_steps)
+        keys = [f"rtpofwd{gs}c{self._calls}r{j}_0_0" for j in range(len(contexts))]
+        fields = [row_fields(c, r, [1] * len(r), [0.0] * len(r), k, gs, "rtpo/forward")
+                  for k, c, r in zip(keys, contexts, completions)]
+        tags = [row_tag(len(c), len(r), gs) for c, r in zip(contexts, completions)]
+        meta = tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=list_of_dict_to_tensordict(fields), tags=tags)
+        batch = meta
+        try:
+            batch = tr._balance_batch(meta, metrics={})
+            batch.extra_info.update({"calculate_entropy": bool(entropy), "compute_loss": False,
+                                     "temperature": float(temperature)})
+            tr.actor_rollout_wg.compute_log_prob(batch)
+            sel = ["log_probs", "response_mask"] + (["entropy"] if entropy else [])
+            data = tq.kv_batch_get(keys=keys, partition_id=PARTITION, select_fields=sel)
+            lps = list(response_from_nested(data["log_probs"], data["response_mask"]).unbind())
+            ents = list(response_from_nested(data["entropy"], data["response_mask"]).unbind()) if entropy else []
+        finally:
+            tq.kv_clear(keys=list(batch.keys), partition_id=PARTITION)
+        return [x.float().cpu() for x in lps], [x.float().cpu() for x in ents]
+
+    def logprobs(self, contexts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
+                 weights: str = "train", max_tokens: int | None = None) -> list[list[float]]:
+        """Per-token logprobs of `completions` given `contexts` under the actor (weights="train"), or
+        under the servers' weights (weights="inference": the same, as long as no update is pending).
+        max_tokens is accepted for LocalEngine's signature; verl micro-batches by
+        rollout.log_prob_max_token_len_per_gpu."""
+        if weights not in ("train", "inference"):
+            raise ValueError(f"weights must be 'train' or 'inference', got {weights!r}")
+        if weights == "inference" and self._dirty:
+            raise NotImplementedError("VerlEngine.logprobs(weights='inference') after an update without sync(): "
+                                      "verl's servers do not score given tokens and no longer hold the old weights")
+        self._check(contexts, completions)
+        out: list[list[float]] = [[] for _ in contexts]
+        idx = [i for i, r in enumerate(completions) if r]
+        if idx:
+            lps, _ = self._forward([contexts[i] for i in idx], [completions[i] for i in idx], temperature)
+            for i, lp in zip(idx, lps):
+                out[i] = lp.tolist()
+        return out
+
+    # ------------------------------------------------------------------ training
+    def update(self, rows: list[Row], cfg: UpdateConfig, temperature: float = 1.0) -> UpdateStats:
+        """One verl actor update on the mask == 1 tokens of `rows` (module docstring); UpdateStats as
+        `LocalEngine.update`: ratio_mean / kl_rollout_train measured before the step on trained tokens."""
+        import transfer_queue as tq
+        from verl.utils.debug import marked_timer
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+        from verl.workers.utils.padding import response_to_nested
+
+        check_update_config(cfg, self.update_cfg)
+        if not math.isclose(float(temperature), self.temperature):
+            raise ValueError(f"VerlEngine.update: temperature={temperature!r}, but verl's actor scores with "
+                             f"actor_rollout_ref.rollout.temperature={self.temperature!r}")
+        rows = [r for r in rows if sum(r.mask) > 0]
+        if not rows:
+            return UpdateStats(0.0, float("nan"), float("nan"), 0.0, 0.0, 0.0, 0)
+        self._check([r.prompt_ids for r in rows], [r.response_ids for r in rows], rows=True)
+        tr = self.trainer
+        timing = self._timing()
+        self._sleep()
+        self._calls += 1
+        gs = int(tr.global_steps)
+        keys, fields, tags = update_rows_fields(rows, gs, f"rtpoupd{gs}c{self._calls}")
+        meta = tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=list_of_dict_to_tensordict(fields), tags=tags)
+        metrics: dict[str, Any] = {}
+        batch = tr._balance_batch(meta, metrics=metrics)  # may append verl's padding rows (response_mask 0)
+        self._keys += list(batch.keys)                    # from here on fit() clears them
+        self._tags += list(batch.tags)
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=PARTITION, select_fields=["response_mask"])
+        mask = data["response_mask"]
+        adv = padded_advantages(list(batch.keys), {k: r.advantages for k, r in zip(keys, rows)},
+                                mask.offsets().diff().tolist())
+        nested = response_to_nested(adv, mask)
+        from tensordict import TensorDict
+
+        tq.kv_batch_put(keys=batch.keys, partition_id=PARTITION,
+                        fields=TensorDict({"advantages": nested, "returns": nested.clone()}, batch_size=len(batch)))
+        with marked_timer("old_log_prob", timing, color="blue"):
+            batch = tr._compute_old_log_prob(batch, metrics=metrics)
+        ratio, kl, n = tr._measure_rollout_consistency(batch)
+        tr._old_from_rollout(batch)
+        if tr.use_reference_policy:
+            with marked_timer("ref", timing, color="olive"):
+                batch = tr._compute_ref_log_prob(batch, metrics=metrics)
+        with marked_timer("update_actor", timing, color="red"):
+            tr._update_actor_whole(batch, metrics=metrics, temperature=float(temperature))
+        self._dirty = True
+        self.train_version += int(self.update_cfg.epochs)
+        self.metrics = metrics
+        return update_stats(metrics, ratio, kl, n)
+
+    def drain(self) -> Any:
+        """The KVBatchMeta of every key this step's updates wrote (for verl's fit(): metrics, then clear)."""
+        from transfer_queue import KVBatchMeta
+
+        meta = KVBatchMeta(partition_id=PARTITION, keys=self._keys, tags=self._tags)
+        self._keys, self._tags = [], []
+        return meta
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the counters next to verl's checkpoint of the weights (`<path>/engine.json`)."""
+        p = Path(path)
+        p.mkdir(parents=True, exist_ok=True)
+        tmp = p / "engine.json.tmp"
+        tmp.write_text(json.dumps({"weight_version": self.weight_version, "train_version": self.train_version}))
+        os.replace(tmp, p / "engine.json")
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Read the counters (verl restores the weights and the optimizer itself)."""
+        f = Path(path) / "engine.json"
+        if not f.exists():
+            raise FileNotFoundError(f"no engine state at {f}")
+        st = json.loads(f.read_text())
+        self.weight_version, self.train_version = int(st["weight_version"]), int(st["train_version"])
