@@ -6,15 +6,16 @@ on verl) against a fake trainer with an in-memory TransferQueue; the in-process 
 against the local engine's sampler; `RTPOAgentLoop` driven without Ray (boundary restore, response
 masks); the real `AgentLoopWorker` built in-process; the Hydra overrides composed with verl's own
 config; vanilla's files without verl. Slow tests: `train_verl` (what `rtpo train --engine verl`
-runs) through verl's real V1 trainer on CPU — RTPO for two steps across a checkpoint/resume, GRPO
-and Tree-GRPO for two steps, ARPO for one, SeeUPO for two across a resume — on a Ray cluster the
-module starts once.
+runs) through verl's real V1 trainer on CPU — RTPO for two steps across a checkpoint/resume, RTPO
+with sync interval:2 for one step on keep-weights servers, GRPO and Tree-GRPO for two steps, ARPO
+for one, SeeUPO for two across a resume — on a Ray cluster the module starts once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 import random
@@ -380,6 +381,143 @@ def test_verl_engine_seam_without_ray(monkeypatch):
         server.close()
 
 
+class _ServerBackedTrainer(_FakeVerlTrainer):
+    """The fake trainer with real server states: its checkpoint manager drives an `HFGenerateServer`
+    through verl's sequences (sleep; weight sync = wake "weights", load the actor's weights, wake
+    "kv_cache"; wake_up_replicas = wake all), and its actor update really moves the actor's weights."""
+
+    def __init__(self, eng, tq, srv, on_loop, temperature=1.0):
+        super().__init__(eng, tq, temperature)
+        self.srv, self.on_loop = srv, on_loop
+        self.checkpoint_manager = types.SimpleNamespace(sleep_replicas=self._sleep, update_weights=self._push,
+                                                        wake_up_replicas=self._wake)
+
+    def _sleep(self):
+        self.calls.append("sleep")
+        self.on_loop(self.srv.sleep())
+
+    def _wake(self):
+        self.calls.append("wake")
+        self.on_loop(self.srv.wake_up())
+
+    def _push(self, global_steps):
+        self.calls.append("push")
+        self.on_loop(self.srv.wake_up(tags=["weights"]))
+        self.on_loop(self.srv.update_weights({k: v.detach().clone() for k, v in self.eng.model.state_dict().items()},
+                                             global_steps))
+        self.on_loop(self.srv.wake_up(tags=["kv_cache"]))
+
+    def _update_actor_whole(self, batch, metrics, temperature=None):
+        super()._update_actor_whole(batch, metrics, temperature)
+        g = torch.Generator().manual_seed(len(self.trained))
+        with torch.no_grad():
+            for p in self.eng.model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
+        return batch
+
+
+def _server_backed(monkeypatch, sleep_level: int, keeps_weights: bool):
+    """(VerlEngine, fake trainer, ServerEngine, reference engine = the actor before any update) on an
+    HF server of the given sleep level; the actor and the servers start equal (LocalEngine seed 4)."""
+    import transfer_queue
+
+    from rtpo.verl_ext.engine import VerlEngine
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.server_engine import ServerEngine
+
+    tq = _FakeTQ()
+    for name in ("kv_batch_put", "kv_batch_get", "kv_clear"):
+        monkeypatch.setattr(transfer_queue, name, getattr(tq, name))
+    eng, ref = tiny.engine(seed=4), tiny.engine(seed=4)
+    hf = HFGenerateServer(engine=eng, sleep_level=sleep_level)
+    server = ServerEngine(hf, eng.tokenizer, eng.max_context)
+    trainer = _ServerBackedTrainer(eng, tq, hf, lambda c: asyncio.run_coroutine_threadsafe(c, server.loop).result())
+    ve = VerlEngine(trainer, server, UpdateConfig(lr=1e-3), vocab_size=eng.model.config.vocab_size,
+                    max_context=eng.max_context, keeps_weights=keeps_weights)
+    return ve, trainer, server, ref
+
+
+def _update_on(ve, ctx, comps):
+    from rtpo.engine.base import Row
+
+    rows = [Row(c, x.ids, x.logprobs, [1.0 - i] * len(x.ids), [1] * len(x.ids), group=f"g{i}")
+            for i, (c, x) in enumerate(zip(ctx, comps))]
+    return ve.update(rows, UpdateConfig(lr=1e-3), 1.0)
+
+
+def test_verl_engine_samples_stale_weights_from_servers_that_keep_them(monkeypatch):
+    """RTPO's lagging sync modes on verl: with servers that keep their weights across sleep (vLLM
+    level 1; "hf_keep" here), `sample` after an update without sync() wakes the servers without a
+    push and samples from the pre-update weights (the samples' logprobs are the pre-update model's,
+    the Completions carry the old weight_version); kl:tau's logprobs(weights="inference") are scored
+    by the servers with those weights; sync() pushes and the next samples are the new weights'.
+    With servers that discard their weights (level 2, verl's default) the same call raises, and a
+    keep-weights engine on a discarding server is stopped by the server instead of sampling garbage."""
+    tok = tiny.tokenizer()
+    ctx = [tok.encode("question continue yes"), tok.encode("Answer each turn. question")]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0, stop_at_tool_call=False)
+
+    ve, trainer, server, ref = _server_backed(monkeypatch, sleep_level=1, keeps_weights=True)
+    eng = trainer.eng
+    try:
+        ve.wake()
+        ve.sync()  # nothing changed: a version, no push
+        c0 = ve.sample(ctx, params, seeds=[1, 2])
+        assert trainer.calls == ["push"] and all(c.weight_version == 1 for c in c0)
+        stats = _update_on(ve, ctx, c0)
+        assert stats.trained_tokens > 0 and trainer.calls[-1] == "sleep"
+        c1 = ve.sample(ctx, params, seeds=[3, 4])  # stale: one update behind the actor
+        assert trainer.calls.count("push") == 1 and trainer.calls[-1] == "wake" and ve.wakes == 1
+        assert all(c.weight_version == 1 for c in c1)
+        ids = [c.ids for c in c1]
+        old, new = ref.logprobs(ctx, ids, 1.0), eng.logprobs(ctx, ids, 1.0)
+        for c, o, n in zip(c1, old, new):
+            assert c.logprobs == pytest.approx(o, abs=1e-5)
+            assert max(abs(a - b) for a, b in zip(c.logprobs, n)) > 1e-3  # the actor really moved
+        # kl:tau's measurement: inference = the servers' (stale) weights, train = the actor's
+        inf = ve.logprobs(ctx, ids, 1.0, weights="inference")
+        assert trainer.calls[-1] == "wake"  # the servers score, woken without a push
+        trn = ve.logprobs(ctx, ids, 1.0)
+        assert inf == [pytest.approx(o, abs=1e-5) for o in old] and trn == [pytest.approx(n, abs=1e-5) for n in new]
+        with pytest.raises(NotImplementedError, match="temperature"):
+            ve.logprobs(ctx, ids, 0.9, weights="inference")
+        with pytest.raises(NotImplementedError, match="entropy"):
+            ve.sample(ctx, dataclasses.replace(params, entropy_tokens=3))
+        ve.drain()
+        ve.sync()
+        assert trainer.calls[-1] == "push" and ve.weight_version == 2
+        c2 = ve.sample(ctx, params, seeds=[5, 6])
+        assert all(c.weight_version == 2 for c in c2) and trainer.calls[-1] == "push"
+        for c, n in zip(c2, eng.logprobs(ctx, [c.ids for c in c2], 1.0)):
+            assert c.logprobs == pytest.approx(n, abs=1e-5)
+        assert ve.logprobs(ctx, [c.ids for c in c2], 1.0, weights="inference") == \
+            [pytest.approx(n, abs=1e-5) for n in eng.logprobs(ctx, [c.ids for c in c2], 1.0)]
+    finally:
+        server.close()
+
+    ve, trainer, server, _ = _server_backed(monkeypatch, sleep_level=2, keeps_weights=False)
+    try:
+        ve.wake()
+        _update_on(ve, ctx, ve.sample(ctx, params, seeds=[1, 2]))
+        with pytest.raises(RuntimeError, match="vllm_keep"):
+            ve.sample(ctx, params)
+        with pytest.raises(NotImplementedError, match="discarded"):
+            ve.logprobs(ctx, [[5, 6]], 1.0, weights="inference")
+        ve.sync()
+        assert len(ve.sample(ctx, params)) == 2 and trainer.calls[-1] == "push"
+    finally:
+        server.close()
+
+    ve, trainer, server, _ = _server_backed(monkeypatch, sleep_level=2, keeps_weights=True)  # misconfigured
+    try:
+        ve.wake()
+        _update_on(ve, ctx, ve.sample(ctx, params, seeds=[1, 2]))
+        with pytest.raises(RuntimeError, match="discarded"):
+            ve.sample(ctx, params)
+    finally:
+        server.close()
+
+
 def test_verl_engine_helpers():
     """The pure pieces: one row's TransferQueue sample, padded advantages, the entropy normaliser, the
     UpdateConfig the verl actor applies, Hydra values of method settings."""
@@ -446,6 +584,53 @@ def test_hf_server_samples_as_the_local_engine_and_loads_weights():
     assert c.token_ids == w.ids and c.extra_fields["global_steps"] == 4
     with pytest.raises(KeyError, match="unknown parameters"):
         run(srv.update_weights({"no.such.weight": torch.zeros(1)}))
+
+
+def test_hf_server_sleep_discards_or_keeps_weights_and_scores_prompts():
+    """The HF server's sleep, as vLLM's: asleep it refuses to generate and to load weights; level 2
+    ("hf") discards the weights (no sampling until update_weights), level 1 ("hf_keep") restores them
+    on wake_up (the same samples as before the sleep). prompt_logprobs=0 returns vLLM's layout:
+    entry i scores prompt token i + 1, unscaled by temperature, a dummy last entry."""
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+
+    other = tiny.engine(seed=2)
+    tok = other.tokenizer
+    ctx = tok.encode("Answer each turn. question continue")
+    sp = {"temperature": 0.8, "top_p": 1.0, "top_k": -1, "max_tokens": 6, "logprobs": True, "seed": 5,
+          "stop_token_ids": [tok.eos_token_id]}
+    for level in (2, 1):
+        eng = tiny.engine(seed=1)
+        srv = HFGenerateServer(engine=eng, sleep_level=level)
+        a = run(srv.generate(request_id="a", prompt_ids=ctx, sampling_params=dict(sp)))
+        run(srv.sleep())
+        with pytest.raises(RuntimeError, match="asleep"):
+            run(srv.generate(request_id="b", prompt_ids=ctx, sampling_params=dict(sp)))
+        with pytest.raises(RuntimeError, match="asleep"):
+            run(srv.update_weights({}))
+        run(srv.wake_up(tags=["weights"]))
+        with pytest.raises(RuntimeError, match="asleep"):  # the KV cache still sleeps
+            run(srv.generate(request_id="b", prompt_ids=ctx, sampling_params=dict(sp)))
+        run(srv.wake_up())
+        if level == 2:
+            with pytest.raises(RuntimeError, match="discarded"):
+                run(srv.generate(request_id="b", prompt_ids=ctx, sampling_params=dict(sp)))
+            run(srv.update_weights({k: v.clone() for k, v in other.model.state_dict().items()}))
+            c = run(srv.generate(request_id="c", prompt_ids=ctx, sampling_params=dict(sp)))
+            w = other.sample([ctx], SamplingParams(max_new_tokens=6, temperature=0.8, stop_at_tool_call=False),
+                             seeds=[5])[0]
+            assert c.token_ids == w.ids
+        else:
+            b = run(srv.generate(request_id="b", prompt_ids=ctx, sampling_params=dict(sp)))
+            assert b.token_ids == a.token_ids and b.log_probs == pytest.approx(a.log_probs, abs=1e-6)
+    with pytest.raises(ValueError, match="sleep_level"):
+        HFGenerateServer(engine=other, sleep_level=3)
+    d = run(srv.generate(request_id="d", prompt_ids=ctx, sampling_params=dict(sp, prompt_logprobs=0)))
+    pl, pid = d.extra_fields["prompt_logprobs"], d.extra_fields["prompt_ids"]
+    assert len(pl) == len(pid) == len(ctx) and pl[-1] == [0.0] and [x[0] for x in pid[:-1]] == ctx[1:]
+    want = srv.engine.logprobs([ctx[:1]], [ctx[1:]], 1.0, weights="inference")[0]
+    assert [x[0] for x in pl[:-1]] == pytest.approx(want, abs=1e-5)
+    with pytest.raises(ValueError, match="top-k"):
+        run(srv.generate(request_id="e", prompt_ids=ctx, sampling_params=dict(sp, prompt_logprobs=2)))
 
 
 # ------------------------------------------------------------------ the agent loop, without Ray
@@ -628,11 +813,52 @@ def test_paper_config_overrides_compose_with_verl(method, tmp_path):
     cpu = _compose(verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
                                   tmp_path / "v.parquet", cpu=True))
     assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.trainer.device == "cpu"
-    cfg["method"]["rtpo"]["sync"] = "interval:2"  # stale inference weights: not on verl
-    with pytest.raises(ValueError, match="not available on the verl engine"):
-        verl_overrides(cfg, "rtpo", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
     with pytest.raises(ValueError, match="vanilla trains nothing"):
         verl_overrides(cfg, "vanilla", "math", 1, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+
+
+def test_paper_sync_ablation_overrides_select_the_keep_rollout(tmp_path):
+    """The G.6 ablation of config/paper.yaml (ablations.sync on search, engine verl): per_stage stays on
+    rtpo_sync with vLLM; interval:N and kl:tau run the local RTPO on VerlEngine (rtpo_engine_sync) with
+    the rollout whose servers keep their weights across sleep (vllm_keep; hf_keep on the CPU harness),
+    and the plugin registers that rollout with verl (verl's own vLLM adapter, no vLLM import)."""
+    import rtpo.verl_ext.plugin  # noqa: F401  (registers vllm_keep)
+    from omegaconf import OmegaConf
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from rtpo.config import load_config
+    from rtpo.verl_ext import rollout_keeps_weights
+    from rtpo.verl_ext.launch import verl_overrides
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    values = cfg["ablations"]["sync"]["values"]
+    assert cfg["ablations"]["sync"]["task"] == "search" and {"interval:2", "kl:0.01"} < set(values)
+    for sync in values:
+        c0 = copy.deepcopy(cfg)
+        c0["method"]["rtpo"]["sync"] = sync  # what the ablation rule's --set does
+        ov = verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                            tmp_path / "v.parquet", cpu=False)
+        c = _compose(ov)
+        r = c.actor_rollout_ref.rollout
+        if sync == "per_stage":
+            assert c.trainer.v1.trainer_mode == "rtpo_sync" and r.name == "vllm"
+            continue
+        assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and r.name == "vllm_keep" and r.n == 1
+        assert rollout_keeps_weights(r.name) and c.rtpo.method == "rtpo" and c.rtpo.method_cfg.sync == sync
+        want = {k: v for k, v in c0["method"]["rtpo"].items() if k not in c0["train"] and k != "psi"}
+        assert OmegaConf.to_container(c.rtpo.method_cfg) == want
+        cpu = _compose(verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+                                      tmp_path / "v.parquet", cpu=True))
+        assert cpu.actor_rollout_ref.rollout.name == "hf_keep" and cpu.trainer.v1.trainer_mode == "rtpo_engine_sync"
+        c0["verl"]["rollout"] = "sglang"  # no keep-weights variant
+        with pytest.raises(ValueError, match="keep their weights"):
+            verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+    c0["method"]["rtpo"]["sync"] = "interval:0"
+    with pytest.raises(ValueError, match="unknown rtpo.sync mode"):
+        verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path, tmp_path, tmp_path, cpu=False)
+    assert rollout_base._ROLLOUT_REGISTRY[("vllm_keep", "async")] == rollout_base._ROLLOUT_REGISTRY[("vllm", "async")]
+    assert "vllm_keep" in RolloutReplicaRegistry._registry and not rollout_keeps_weights("vllm")
 
 
 @pytest.mark.parametrize("method", ["tree_grpo", "arpo", "seeupo", "rtpo_off_policy"])
@@ -891,6 +1117,48 @@ def test_seeupo_on_verl_with_resume(verl_run):
         assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0
     _loads(out / "final")
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+
+
+@pytest.mark.slow
+def test_rtpo_interval_sync_on_verl_samples_stale_weights(verl_run):
+    """RTPO with ``sync: interval:2`` (paper G.6) on verl: the local RTPO on VerlEngine
+    (rtpo_engine_sync) with the CPU harness's keep-weights servers ("hf_keep"). K = 3 stages in one
+    step: syncs before the step's trunks and before stage k=1 (the local engine's count, checked by
+    running the local RTPO step), none before k=2 and k=0, whose siblings come from weights one update
+    behind the actor: stage 0 measures that lag (ratio != 1), the synced stages do not."""
+    from rtpo.engine.local import LocalEngine
+    from rtpo.methods.rtpo import RTPO
+    from rtpo.verl_ext.launch import train_verl
+    from rtpo.verl_ext.toy import env_factory
+
+    cfg = _cfg(verl_run.tmp, 1, "rtpo")
+    cfg["env"]["toy"]["max_turns"] = 3
+    cfg["method"]["rtpo"]["sync"] = "interval:2"
+    out = verl_run.tmp / "rtpo_interval"
+    args = types.SimpleNamespace(method="rtpo", task="toy", seed=0, out=str(out), model=str(verl_run.model),
+                                 train_file=str(verl_run.train))
+    assert train_verl(args, copy.deepcopy(cfg)) == 0
+    cmd = json.loads((out / "verl_command.json").read_text())["cmd"]
+    assert "trainer.v1.trainer_mode=rtpo_engine_sync" in cmd and "actor_rollout_ref.rollout.name=hf_keep" in cmd
+    (r,) = _records(out)
+
+    # the local engine's semantics: the same method step on a LocalEngine
+    eng = LocalEngine.from_pretrained(verl_run.model, seed=0, reference=False)
+    env = cfg["env"]["toy"]
+    roller = Roller(eng, env_factory(env), "full", SamplingParams(max_new_tokens=env["max_new_tokens"]))
+    local = RTPO(eng, roller, cfg["method"]["rtpo"], UpdateConfig(lr=1e-3, micro_batch_tokens=4096), 1.0)
+    want = local.step(TOY[:2], 0)
+
+    assert r["syncs"] == want["syncs"] == 2 and r["weight_version"] == 2
+    assert [t["k"] for t in r["turns"]] == [t["k"] for t in want["turns"]] == [2, 1, 0]
+    assert r["trained_tokens"] > 0 and all(t["trained_tokens"] > 0 for t in r["turns"])
+    assert r["rollouts_per_prompt"] == want["rollouts_per_prompt"] and r["grad_norm"] > 0
+    ratio = {t["k"]: t["ratio_mean"] for t in r["turns"]}
+    kl = {t["k"]: t["kl_rollout_train"] for t in r["turns"]}
+    assert ratio[2] == pytest.approx(1.0, abs=2e-3) and ratio[1] == pytest.approx(1.0, abs=2e-3)  # synced
+    assert kl[0] > 10 * max(kl[2], kl[1], 1e-7)  # stage 0's siblings: stale weights, measured honestly
+    assert json.loads((out / "checkpoint" / "global_step_1" / "state.json").read_text())["method"] == \
+        {"stage_counter": 4}
 
 
 def test_vanilla_on_verl_writes_the_local_files(verl_run_light, tmp_path):

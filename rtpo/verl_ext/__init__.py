@@ -11,10 +11,19 @@ Modules (importing this package imports none of them, so `rtpo` stays light):
   engine        `VerlEngine`: rtpo's engine seam (PolicyEngine) inside a verl trainer process
   data          task files -> verl parquet datasets
   launch        `rtpo train --engine verl`: config -> Hydra overrides -> verl's main_ppo (local or Slurm)
-  cpu, cpu_platform, hf_rollout   the CPU harness (platform "cpu", rollout "hf")
+  vllm_keep     the rollout "vllm_keep": vLLM servers that keep their weights across sleep (level 1)
+  cpu, cpu_platform, hf_rollout   the CPU harness (platform "cpu", rollouts "hf" and "hf_keep")
 See docs/verl.md.
 """
 
 VERL_VERSION = "0.9.1"  # the exact verl release this plugin is written and tested against
 PLUGIN_MODULES = "rtpo.verl_ext.plugin"
 CPU_MODULES = "rtpo.verl_ext.cpu,rtpo.verl_ext.plugin"  # the platform first: later imports query it
+# rollout -> its variant whose servers keep their weights across sleep (vLLM sleep level 1 instead of 2):
+# what RTPO's lagging sync modes (interval:N, kl:tau) sample from (launch, engine, trainer)
+KEEP_WEIGHTS_ROLLOUT = {"vllm": "vllm_keep", "hf": "hf_keep"}
+
+
+def rollout_keeps_weights(name: str) -> bool:
+    """Whether the servers of rollout `name` keep their weights across sleep (the `*_keep` variants)."""
+    return str(name) in KEEP_WEIGHTS_ROLLOUT.values()

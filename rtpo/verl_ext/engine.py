@@ -10,15 +10,17 @@ method runs on verl unchanged, and verl never learns which method runs (docs/ver
                tokens' logprobs, so `Completion.entropy` (the mean over the first N sampled tokens of
                H_t / log|V|, H_t the entropy of the temperature-scaled next-token distribution, as
                `LocalEngine` computes it) comes from the actor's forward on (context, ids[:N]) with
-               verl's `calculate_entropy=True`. It is the sampling policy's entropy because sampling
-               is refused while the actor is ahead of the servers (see below): at sampling time the
-               servers hold exactly the actor's weights (up to the rollout/training numerics that
-               the ratio measures). Cost on GPUs: the servers sleep for that forward and are woken
-               with a weight push before the next `sample` (one push per sampling wave).
+               verl's `calculate_entropy=True`. It is the sampling policy's entropy only while the
+               servers hold the actor's weights, so it is refused after an update without sync()
+               (see below). Cost on GPUs: the servers sleep for that forward and are woken (with a
+               weight push when they discard weights at sleep) before the next `sample`.
     logprobs   rows (prompt = context, response = completion) written to TransferQueue, verl's
-               actor `compute_log_prob`, read back and cleared. weights="inference" is served by
-               the actor when the servers are in sync with it (the only state in which they hold
-               weights at all on GPUs); otherwise it raises.
+               actor `compute_log_prob`, read back and cleared. weights="inference": while the
+               servers hold the actor's weights, the actor (the same weights; what LocalEngine
+               computes); after an update without sync(), the servers themselves score the tokens
+               (one request per row, prompt = context + completion, vLLM's ``prompt_logprobs=0``,
+               max_tokens 1) when they keep their weights (below) and temperature == 1 (vLLM's
+               prompt logprobs are those of the unscaled distribution); otherwise it raises.
     update     the rows (prompt_ids, response_ids, response_mask = Row.mask, rollout_log_probs =
                Row.old_logprobs, advantages = returns = Row.advantages, per token) go to
                TransferQueue, then verl's pipeline as the RTPO trainer runs it: the trainer's
@@ -32,24 +34,35 @@ method runs on verl unchanged, and verl never learns which method runs (docs/ver
                an update changed them and bumps `weight_version` (every call, as `LocalEngine`).
 
 Server states. Colocated verl puts the servers to sleep before the actor computes (vLLM frees the
-GPU memory) and loads weights into sleeping servers only; vLLM's sleep level 2 (full weights)
-*discards* the weights. Hence: every actor forward sleeps the servers first; `sample` with
-sleeping servers and an unchanged actor re-pushes the same weights (no version bump); `sample`
-after an `update` without `sync()` raises, because the stale inference weights a lagging method
-would sample from no longer exist (RTPO's sync modes interval:N / kl:tau need them).
+GPU memory) and loads weights into sleeping servers only. What sleep does to the servers' weights
+depends on the rollout (`keeps_weights`, which the trainer derives from the rollout name):
+  * "vllm" / "hf" (verl's default, vLLM sleep level 2): sleep *discards* the weights. `sample` with
+    sleeping servers and an unchanged actor re-pushes the same weights (no version bump); `sample`
+    after an `update` without `sync()` raises: the stale inference weights a lagging method would
+    sample from no longer exist.
+  * "vllm_keep" / "hf_keep" (vLLM sleep level 1: weights offloaded to CPU memory and restored on
+    wake-up; `vllm_keep.py`): sleeping servers are woken *without* a push
+    (`checkpoint_manager.wake_up_replicas`), so `sample` after an `update` without `sync()` samples
+    from the stale inference weights of the last sync, and its Completions carry that sync's
+    `weight_version` (RTPO's sync modes interval:N / kl:tau; paper G.6). Only `sync()` pushes.
+Every actor forward sleeps the servers first, in both cases.
 
 Every TransferQueue key an `update` writes (verl's padding rows included) is kept until the
 trainer collects them with `drain()` and returns them to verl's `fit()`, which computes its metrics
 on them and clears them; keys of `logprobs` / entropy forwards are cleared at once.
 
 Persistence: verl's checkpoint holds the weights (`actor/`); `save`/`load` write and read the
-engine's counters (`engine.json`) next to it, the trainer the method state (`state.json`).
+engine's counters (`engine.json`) next to it, the trainer the method state (`state.json`). Unlike
+LocalEngine's checkpoint, verl's holds no separate inference weights: a run resumed from a
+checkpoint saved with an update pending (possible only with keep-weights servers) restarts its
+servers on the actor's weights, not on the stale ones it had; `load` warns when that happens.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -59,6 +72,7 @@ import torch
 
 from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats
 
+logger = logging.getLogger(__name__)
 PARTITION = "train"
 CHECKED_UPDATE_FIELDS = ("lr", "clip_low", "clip_high", "dual_clip_c", "kl_coef", "entropy_coef", "max_grad_norm",
                          "weight_decay", "epochs", "mini_batches")
@@ -186,10 +200,17 @@ class VerlEngine:
     update_cfg: the actor's settings (`update_config_from_verl`); `update` checks a method's against it.
     vocab_size: |V| of the model's logits (the normaliser of ARPO's entropy).
     max_context: prompt + response tokens a row or a request may reach.
+    keeps_weights: the servers keep their weights across sleep (rollout "vllm_keep" / "hf_keep"):
+                sampling and scoring from stale inference weights are possible (module docstring).
+    server_max_len: the servers' max_model_len when known (a scoring request needs
+                len(context) + len(completion) < it); None = not checked here (the server checks).
     """
 
-    def __init__(self, trainer: Any, server: Any, update_cfg: UpdateConfig, vocab_size: int, max_context: int) -> None:
+    def __init__(self, trainer: Any, server: Any, update_cfg: UpdateConfig, vocab_size: int, max_context: int,
+                 keeps_weights: bool = False, server_max_len: int | None = None) -> None:
         self.trainer, self.server = trainer, server
+        self.keeps_weights = bool(keeps_weights)
+        self.server_max_len = int(server_max_len) if server_max_len else None
         self.tokenizer = server.tokenizer
         self.update_cfg = update_cfg
         self.vocab_size = int(vocab_size)
@@ -198,6 +219,7 @@ class VerlEngine:
         self.weight_version = 0
         self.train_version = 0
         self.pushes = 0               # weight pushes to the servers (syncs + re-pushes after a sleep)
+        self.wakes = 0                # wake-ups without a push (servers that keep their weights)
         self.metrics: dict[str, Any] = {}   # verl's metrics of the last update (for verl's logger)
         self._awake = False           # servers hold weights (verl's _setup leaves them asleep)
         self._dirty = False           # the actor changed since the servers last got its weights
@@ -223,10 +245,30 @@ class VerlEngine:
         self.pushes += 1
 
     def _sleep(self) -> None:
-        """Release the servers before the actor computes (colocated GPUs; vLLM drops its weights)."""
+        """Release the servers before the actor computes (colocated GPUs; vLLM level 2 drops its
+        weights, level 1 offloads them)."""
         if self._awake:
             self.trainer.checkpoint_manager.sleep_replicas()
             self._awake = False
+
+    def _wake(self) -> None:
+        """Make the servers serve their inference weights: those of the last push. Servers that keep
+        their weights are woken as they are (stale or not); the others get the actor's weights pushed
+        again, which are theirs only while no update is pending (callers check `_dirty`)."""
+        if self._awake:
+            return
+        if self.keeps_weights:
+            from verl.utils.debug import marked_timer
+
+            with marked_timer("wake_up", self._timing(), color="red"):
+                self.trainer.checkpoint_manager.wake_up_replicas()
+            self._awake = True
+            self.wakes += 1
+        else:
+            if self._dirty:
+                raise RuntimeError("VerlEngine: the servers discarded their weights at sleep and the actor was "
+                                   "updated since the last sync(): the inference weights no longer exist")
+            self._push()  # same weights as before the sleep: no new version
 
     def wake(self) -> None:
         """Push the current actor weights (start-up, after verl loaded a checkpoint)."""
@@ -246,12 +288,17 @@ class VerlEngine:
         if params.logprob_top_k:
             raise NotImplementedError("VerlEngine.sample: SamplingParams.logprob_top_k is not available from verl's "
                                       "servers (they return the sampled tokens' logprobs only)")
-        if self._dirty:
+        if self._dirty and not self.keeps_weights:
             raise RuntimeError("VerlEngine.sample: the actor was updated since the last sync(); the servers no "
                                "longer hold the previous inference weights (vLLM sleep level 2 discards them), "
-                               "so sampling from stale weights is not possible on verl: call sync() first")
-        if not self._awake:
-            self._push()  # same weights as before the sleep: no new version
+                               "so sampling from stale weights needs a rollout whose servers keep their weights "
+                               "across sleep (actor_rollout_ref.rollout.name=vllm_keep | hf_keep); or call sync() "
+                               "first")
+        if self._dirty and params.entropy_tokens > 0:
+            raise NotImplementedError("VerlEngine.sample: SamplingParams.entropy_tokens after an update without "
+                                      "sync(): the entropy comes from the actor's forward, which no longer holds the "
+                                      "stale inference weights the servers sample from; call sync() first")
+        self._wake()
         comps = self.server.sample(contexts, dataclasses.replace(params, entropy_tokens=0), seeds)
         for c in comps:
             c.weight_version = self.weight_version
@@ -320,14 +367,24 @@ class VerlEngine:
     def logprobs(self, contexts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
                  weights: str = "train", max_tokens: int | None = None) -> list[list[float]]:
         """Per-token logprobs of `completions` given `contexts` under the actor (weights="train"), or
-        under the servers' weights (weights="inference": the same, as long as no update is pending).
-        max_tokens is accepted for LocalEngine's signature; verl micro-batches by
+        under the servers' weights (weights="inference": the actor's as long as no update is pending;
+        after an update without sync(), scored by servers that keep their weights, at temperature 1;
+        module docstring). max_tokens is accepted for LocalEngine's signature; verl micro-batches by
         rollout.log_prob_max_token_len_per_gpu."""
         if weights not in ("train", "inference"):
             raise ValueError(f"weights must be 'train' or 'inference', got {weights!r}")
         if weights == "inference" and self._dirty:
-            raise NotImplementedError("VerlEngine.logprobs(weights='inference') after an update without sync(): "
-                                      "verl's servers do not score given tokens and no longer hold the old weights")
+            if not self.keeps_weights:
+                raise NotImplementedError("VerlEngine.logprobs(weights='inference') after an update without sync(): "
+                                          "the servers discarded the old inference weights at sleep (vLLM level 2); a "
+                                          "rollout that keeps them (vllm_keep | hf_keep) can score with them")
+            if not math.isclose(float(temperature), 1.0):
+                raise NotImplementedError(f"VerlEngine.logprobs(weights='inference', temperature={temperature!r}) "
+                                          "after an update without sync(): only the servers hold the stale weights, "
+                                          "and vLLM's prompt logprobs are those of the unscaled distribution "
+                                          "(temperature 1)")
+            self._check(contexts, completions)
+            return self._score_on_servers(contexts, completions)
         self._check(contexts, completions)
         out: list[list[float]] = [[] for _ in contexts]
         idx = [i for i, r in enumerate(completions) if r]
@@ -335,6 +392,24 @@ class VerlEngine:
             lps, _ = self._forward([contexts[i] for i in idx], [completions[i] for i in idx], temperature)
             for i, lp in zip(idx, lps):
                 out[i] = lp.tolist()
+        return out
+
+    def _score_on_servers(self, contexts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Per-token logprobs (temperature 1) of completions under the servers' current weights."""
+        idx = [i for i, r in enumerate(completions) if r]
+        if self.server_max_len is not None:
+            for i in idx:
+                n = len(contexts[i]) + len(completions[i])
+                if n >= self.server_max_len:
+                    raise ValueError(f"VerlEngine.logprobs(weights='inference'): context {i} + completion has {n} "
+                                     f"tokens; the servers score them as a prompt, which needs < max_model_len = "
+                                     f"{self.server_max_len} (actor_rollout_ref.rollout.max_model_len)")
+        out: list[list[float]] = [[] for _ in contexts]
+        if idx:
+            self._wake()
+            got = self.server.score([contexts[i] for i in idx], [completions[i] for i in idx])
+            for i, lp in zip(idx, got):
+                out[i] = lp
         return out
 
     # ------------------------------------------------------------------ training
@@ -402,7 +477,8 @@ class VerlEngine:
         p = Path(path)
         p.mkdir(parents=True, exist_ok=True)
         tmp = p / "engine.json.tmp"
-        tmp.write_text(json.dumps({"weight_version": self.weight_version, "train_version": self.train_version}))
+        tmp.write_text(json.dumps({"weight_version": self.weight_version, "train_version": self.train_version,
+                                   "pending_update": self._dirty}))
         os.replace(tmp, p / "engine.json")
 
     def load(self, path: str | os.PathLike) -> None:
@@ -412,3 +488,7 @@ class VerlEngine:
             raise FileNotFoundError(f"no engine state at {f}")
         st = json.loads(f.read_text())
         self.weight_version, self.train_version = int(st["weight_version"]), int(st["train_version"])
+        if st.get("pending_update") and self.keeps_weights:  # discarding servers never sample stale weights
+            logger.warning("VerlEngine.load: %s was saved with an update not yet synced to the servers; verl's "
+                           "checkpoint holds only the actor's weights, so the resumed servers start from those, not "
+                           "from the stale inference weights of weight_version %d", f, self.weight_version)

@@ -12,10 +12,26 @@ dead code). Three pieces plug a plain transformers model into verl's own extensi
 * `HFReplica`         a `RolloutReplica` that launches one server actor per replica next to its workers.
 * `HFServerAdapter`   the `BaseRollout` inside each actor worker: `update_weights` consumes the FSDP2
                       per-tensor parameter generator (on every rank: gathering full tensors is a
-                      collective) and rank 0 pushes the tensors to its replica's server.
+                      collective) and rank 0 pushes the tensors to its replica's server; `resume(tags)`
+                      / `release()` wake / sleep it, as vLLM's adapter does.
 
-`register()` adds them under the rollout name "hf" (`actor_rollout_ref.rollout.name=hf`). It
-touches verl internals: `verl.workers.rollout.base._ROLLOUT_REGISTRY` and `RolloutReplicaRegistry`.
+Sleep, as vLLM's (the CPU has no memory to free, but the states are modelled so that the tests
+exercise what verl does to GPU servers): `sleep()` puts the weights and the KV cache to sleep;
+`wake_up(tags)` wakes "weights" and/or "kv_cache" (all when no tags); `generate` on a sleeping
+server raises, and so does `update_weights` while the weights sleep. What sleep does to the weights
+is the server's `sleep_level`:
+  2  discard (vLLM's level 2, what verl uses for full-weight sync; the default): after a sleep the
+     server refuses to generate until `update_weights` has loaded new weights;
+  1  keep (vLLM's level 1, which offloads them to CPU memory): woken without a weight push, the
+     server samples from exactly the weights it held before sleeping.
+`register()` adds the rollout names "hf" (level 2) and "hf_keep" (level 1; the CPU counterpart of
+`vllm_keep.py`) (`actor_rollout_ref.rollout.name=hf|hf_keep`). It touches verl internals:
+`verl.workers.rollout.base._ROLLOUT_REGISTRY` and `RolloutReplicaRegistry`.
+
+Prompt logprobs, as vLLM's: a request with ``sampling_params["prompt_logprobs"] = 0`` also gets
+``extra_fields["prompt_logprobs"]`` (entry i: ``[log p(prompt[i+1] | prompt[:i+1])]`` under the
+server's weights, unscaled by temperature as in vLLM; a dummy ``[0.0]`` last) and
+``extra_fields["prompt_ids"]``, the layout of verl's `extract_prompt_logprobs`.
 """
 
 from __future__ import annotations
@@ -34,12 +50,15 @@ from rtpo.engine.base import SamplingParams
 logger = logging.getLogger(__name__)
 
 ROLLOUT_NAME = "hf"
+KEEP_ROLLOUT_NAME = "hf_keep"
 SERVER_PREFIX = "hf_server"
+SLEEP_LEVELS = {ROLLOUT_NAME: 2, KEEP_ROLLOUT_NAME: 1}  # rollout name -> what sleep does to the weights
+TAGS = ("weights", "kv_cache")
 
 # sampling_params keys accepted (vLLM names); anything else is an error, as it would be in vLLM.
 _KNOWN_PARAMS = {"temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "logprobs", "stop_token_ids",
                  "repetition_penalty", "seed", "n", "ignore_eos", "skip_special_tokens", "detokenize",
-                 "include_stop_str_in_output", "spaces_between_special_tokens"}
+                 "include_stop_str_in_output", "spaces_between_special_tokens", "prompt_logprobs"}
 
 
 def _token_output(**kw: Any):
@@ -56,13 +75,19 @@ class HFGenerateServer:
     max_model_len:  prompt + response tokens a request may reach (default: the model's positions).
     response_length: default `max_tokens` when a request gives none (vLLM server semantics).
     threads:        torch threads of this process (default $RTPO_HF_SERVER_THREADS or 1).
+    sleep_level:    2 = sleep discards the weights (vLLM's level 2; default), 1 = sleep keeps them
+                    (vLLM's level 1); module docstring.
+    free_cache_engine: False = sleep is a no-op (verl's rollout.free_cache_engine, as vLLM's server).
     """
 
     def __init__(self, model_path: str | None = None, *, engine: Any = None, seed: int = 0,
                  max_model_len: int | None = None, response_length: int | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, sleep_level: int = 2, free_cache_engine: bool = True) -> None:
         if (model_path is None) == (engine is None):
             raise ValueError("HFGenerateServer needs exactly one of model_path and engine")
+        if int(sleep_level) not in (1, 2):
+            raise ValueError(f"HFGenerateServer: sleep_level must be 1 (keep weights) or 2 (discard), "
+                             f"got {sleep_level}")
         torch.set_num_threads(int(threads or os.environ.get("RTPO_HF_SERVER_THREADS", 1)))
         if engine is None:
             from rtpo.engine.local import LocalEngine
@@ -77,6 +102,11 @@ class HFGenerateServer:
         self._pending: list[tuple[tuple, list[int], int, asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
         self.weight_updates = 0
+        self.sleep_level = int(sleep_level)
+        self.free_cache_engine = bool(free_cache_engine)
+        self._asleep: set[str] = set()      # sleeping tags ("weights", "kv_cache")
+        self._discarded = False             # a level-2 sleep dropped the weights; no update_weights since
+        self.sleeps = 0
 
     # ------------------------------------------------------------------ generation
     def _params(self, sp: dict[str, Any], prompt_len: int) -> tuple[SamplingParams, int | None]:
@@ -118,8 +148,16 @@ class HFGenerateServer:
         under the temperature-scaled distribution they were drawn from, stop_reason "completed"."""
         if image_data or video_data or audio_data:
             raise ValueError("HFGenerateServer serves text only")
+        self._check_serving()
         prompt = [int(t) for t in prompt_ids]
-        params, seed = self._params(dict(sampling_params), len(prompt))
+        sp = dict(sampling_params)
+        n_prompt_lp = sp.pop("prompt_logprobs", None)
+        if n_prompt_lp not in (None, 0):
+            raise ValueError(f"HFGenerateServer: prompt_logprobs={n_prompt_lp} (top-k) is not supported; use 0")
+        params, seed = self._params(sp, len(prompt))
+        extra: dict[str, Any] = {"global_steps": self.global_steps}
+        if n_prompt_lp is not None:
+            extra.update(await self._prompt_logprobs(prompt))
         if seed is None:
             seed = self.rng.randrange(2**62)
         key = (params.max_new_tokens, params.temperature, params.top_p, params.stop_at_tool_call)
@@ -128,8 +166,25 @@ class HFGenerateServer:
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
         comp = await fut
-        return _token_output(token_ids=comp.ids, log_probs=comp.logprobs, stop_reason="completed",
-                             extra_fields={"global_steps": self.global_steps})
+        return _token_output(token_ids=comp.ids, log_probs=comp.logprobs, stop_reason="completed", extra_fields=extra)
+
+    async def _prompt_logprobs(self, prompt: list[int]) -> dict[str, list[list[float]] | list[list[int]]]:
+        """vLLM's prompt logprobs (num_prompt_logprobs = 0) in the layout of verl's `extract_prompt_logprobs`."""
+        lps: list[float] = []
+        if len(prompt) > 1:
+            async with self._lock:
+                lps = await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: self.engine.logprobs([prompt[:1]], [prompt[1:]], 1.0, weights="inference")[0])
+        return {"prompt_logprobs": [[float(x)] for x in lps] + [[0.0]],
+                "prompt_ids": [[int(t)] for t in prompt[1:]] + [[0]]}
+
+    def _check_serving(self) -> None:
+        if self._asleep:
+            raise RuntimeError(f"HFGenerateServer: asleep ({', '.join(sorted(self._asleep))}); wake_up first")
+        if self._discarded:
+            raise RuntimeError("HFGenerateServer: its weights were discarded by sleep (level 2, as vLLM's) and no "
+                               "update_weights has loaded new ones since; a server that keeps its weights across "
+                               "sleep is the rollout 'hf_keep' (sleep_level=1)")
 
     async def _drain(self) -> None:
         """Serve pending requests in batches of equal sampling settings until none is left."""
@@ -157,6 +212,9 @@ class HFGenerateServer:
     async def update_weights(self, named_tensors: dict[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]],
                              global_steps: int | None = None) -> int:
         """Load full parameter tensors (HF names) into the serving model; returns how many were loaded."""
+        if "weights" in self._asleep:
+            raise RuntimeError("HFGenerateServer.update_weights: the weights are asleep; wake_up(tags=['weights']) "
+                               "first (verl's weight sync resumes them before loading)")
         items = dict(named_tensors)
         model = self.engine.rollout_model
         own = model.state_dict()
@@ -167,6 +225,7 @@ class HFGenerateServer:
             with torch.no_grad():
                 for k, v in items.items():
                     own[k].copy_(v.to(own[k].dtype))
+        self._discarded = False
         if global_steps is not None:
             self.global_steps = int(global_steps)
         self.engine.weight_version += 1
@@ -176,15 +235,27 @@ class HFGenerateServer:
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = int(global_steps)
 
-    # ------------------------------------------------------------------ lifecycle (no device memory to manage)
+    # ------------------------------------------------------------------ lifecycle (vLLM's states; no device memory)
     async def ready(self) -> bool:
         return True
 
     async def wake_up(self, tags: list[str] | None = None) -> None:
-        pass
+        """Wake the given tags (all when None). Weights a level-2 sleep discarded stay discarded."""
+        tags = list(tags) if tags else list(TAGS)
+        unknown = sorted(set(tags) - set(TAGS))
+        if unknown:
+            raise ValueError(f"HFGenerateServer.wake_up: unknown tags {unknown} (have {list(TAGS)})")
+        self._asleep -= set(tags)
 
     async def sleep(self) -> None:
-        pass
+        """Sleep weights and KV cache; level 2 discards the weights, level 1 keeps them."""
+        if not self.free_cache_engine:
+            return
+        await self.wait_for_requests_to_drain()
+        self._asleep = set(TAGS)
+        if self.sleep_level == 2:
+            self._discarded = True
+        self.sleeps += 1
 
     async def clear_kv_cache(self) -> None:
         pass
@@ -222,7 +293,8 @@ class HFGenerateServer:
 
     async def stats(self) -> dict[str, Any]:
         return {"weight_updates": self.weight_updates, "global_steps": self.global_steps,
-                "weight_version": self.engine.weight_version}
+                "weight_version": self.engine.weight_version, "sleep_level": self.sleep_level,
+                "sleeps": self.sleeps, "asleep": sorted(self._asleep), "discarded": self._discarded}
 
 
 def _replica_base():
@@ -231,13 +303,15 @@ def _replica_base():
     return RolloutReplica
 
 
-def _make_replica_class():
+def _make_replica_class(sleep_level: int):
     import ray
 
     RolloutReplica = _replica_base()
 
     class HFReplica(RolloutReplica):
         """One `HFGenerateServer` actor per replica, on the node of the replica's first worker."""
+
+        SLEEP_LEVEL = sleep_level
 
         def rollout_worker_use_gpu(self) -> bool:
             return False
@@ -256,10 +330,12 @@ def _make_replica_class():
             get = mc.get if hasattr(mc, "get") else (lambda k, d=None: getattr(mc, k, d))
             path = get("local_path", None) or get("path", None)
             cfg = self.config
+            # max_model_len None = the model's positions (vLLM's default too)
             server = ray.remote(HFGenerateServer).options(**opts).remote(
                 model_path=str(path), seed=int(getattr(cfg, "seed", 0) or 0),
-                max_model_len=int(cfg.max_model_len or (cfg.prompt_length + cfg.response_length)),
-                response_length=int(cfg.response_length))
+                max_model_len=int(cfg.max_model_len) if cfg.max_model_len else None,
+                response_length=int(cfg.response_length), sleep_level=self.SLEEP_LEVEL,
+                free_cache_engine=bool(getattr(cfg, "free_cache_engine", True)))
             await server.ready.remote()
             self.servers = [server]
             self._server_handle = server
@@ -268,15 +344,14 @@ def _make_replica_class():
     return HFReplica
 
 
-_HF_REPLICA = None
+_HF_REPLICAS: dict[int, type] = {}
 
 
-def hf_replica_class():
-    """The `HFReplica` class (built lazily so importing this module does not import Ray actors)."""
-    global _HF_REPLICA
-    if _HF_REPLICA is None:
-        _HF_REPLICA = _make_replica_class()
-    return _HF_REPLICA
+def hf_replica_class(sleep_level: int = 2):
+    """The `HFReplica` class of a sleep level (built lazily so importing this module does not import Ray actors)."""
+    if sleep_level not in _HF_REPLICAS:
+        _HF_REPLICAS[sleep_level] = _make_replica_class(sleep_level)
+    return _HF_REPLICAS[sleep_level]
 
 
 try:  # the adapter must be importable by its dotted name from verl's rollout registry
@@ -305,10 +380,13 @@ class HFServerAdapter(_BaseRollout):  # type: ignore[misc,valid-type]
         return self._handle
 
     async def resume(self, tags: list[str]) -> None:
-        pass
+        """Wake the server's weights and/or KV cache (verl's weight sync: "weights", load, "kv_cache")."""
+        if self.config.free_cache_engine and self._has_server:
+            await self._server().wake_up.remote(tags=tags)
 
     async def release(self) -> None:
-        pass
+        if self.config.free_cache_engine and self._has_server:
+            await self._server().sleep.remote()
 
     async def update_weights(self, weights: Any, global_steps: int | None = None,
                              wire_format: str = "named_tensors", **kwargs: Any) -> None:
@@ -324,9 +402,13 @@ class HFServerAdapter(_BaseRollout):  # type: ignore[misc,valid-type]
 
 
 def register() -> None:
-    """Register the rollout name "hf" with verl (adapter + replica); idempotent."""
+    """Register the rollout names "hf" (sleep discards the weights) and "hf_keep" (sleep keeps them)
+    with verl (adapter + replica); idempotent."""
+    import functools
+
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFServerAdapter"
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, hf_replica_class)
+    for name, level in SLEEP_LEVELS.items():
+        rollout_base._ROLLOUT_REGISTRY[(name, "async")] = f"{__name__}.HFServerAdapter"
+        RolloutReplicaRegistry.register(name, functools.partial(hf_replica_class, level))

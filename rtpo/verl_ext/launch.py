@@ -13,8 +13,8 @@ Where it runs:
     worker per further node through srun, then runs main_ppo against that cluster;
   * otherwise                                          -> main_ppo starts a local Ray cluster.
 
-Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf),
-tensor_parallel_size, gpu_memory_utilization, and (not yet in workflow/schemas/config.schema.yaml)
+Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf |
+vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, and (not yet in workflow/schemas/config.schema.yaml)
 device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation,
 prompt_length, response_length, obs_tokens, agent_workers, env_factory, overrides (a list of raw
 Hydra overrides appended last).
@@ -23,8 +23,11 @@ Methods on verl (`VERL_METHODS`, `trainer_mode`):
   rtpo, rtpo_ca   "rtpo_sync" (RTPO's reverse sweep on verl's pipeline); with
                   ``continuation: off_policy`` "rtpo_engine_sync" (the local RTPO through VerlEngine:
                   the whole tree is sampled before any update, so no stale inference weights are
-                  needed). ``sync: interval:N | kl:tau`` raise: they sample from stale weights, which
-                  vLLM's sleep discards.
+                  needed). ``sync: interval:N | kl:tau`` (paper G.6) "rtpo_engine_sync" too, on the
+                  rollout variant whose servers keep their weights across sleep (`keep_rollout`:
+                  vllm -> "vllm_keep", vLLM sleep level 1; the CPU harness's hf -> "hf_keep"): they
+                  sample (and kl:tau scores) from stale inference weights, which the default
+                  rollouts' sleep (vLLM level 2) discards.
   grpo            "rtpo_chain_sync" (verl's own sync trainer on flat rows, algorithm.adv_estimator=grpo).
   tree_grpo, arpo, seeupo
                   "rtpo_engine_sync": the local method's `step` on `VerlEngine` (engine.py).
@@ -44,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtpo.verl_ext import CPU_MODULES, PLUGIN_MODULES, VERL_VERSION
+from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
@@ -65,16 +68,36 @@ def trainer_mode(method: str, m: dict[str, Any]) -> str:
         raise ValueError("vanilla trains nothing: `rtpo train --engine verl` writes its final/ and summary.json "
                          "without verl (write_untrained)")
     if method in TURN_ROW_METHODS:
-        sync = str(m.get("sync", "per_stage"))
-        if sync != "per_stage":
-            raise ValueError(f"{method}.sync={sync!r} is not available on the verl engine (per_stage only): it samples "
-                             "from stale inference weights, which vLLM's sleep (level 2) discards; run it with "
-                             "engine: local")
         cont = str(m.get("continuation", "on_policy"))
         if cont not in ("on_policy", "off_policy"):
             raise ValueError(f"{method}.continuation must be on_policy or off_policy, got {cont!r}")
-        return "rtpo_engine_sync" if cont == "off_policy" else "rtpo_sync"
+        if cont == "off_policy" or needs_keep_weights(method, m):
+            return "rtpo_engine_sync"
+        return "rtpo_sync"
     return str(VERL_METHODS[method])
+
+
+def needs_keep_weights(method: str, m: dict[str, Any]) -> bool:
+    """Whether the run samples from stale inference weights: RTPO's sync modes interval:N / kl:tau
+    (validated here), which need rollout servers that keep their weights across sleep."""
+    if method not in TURN_ROW_METHODS:
+        return False
+    from rtpo.methods.rtpo import _parse_sync
+
+    sync = str(m.get("sync", "per_stage"))
+    return _parse_sync(sync)[0] != "per_stage"
+
+
+def keep_rollout(rollout: str, why: str) -> str:
+    """The variant of `rollout` whose servers keep their weights across sleep ("vllm" -> "vllm_keep",
+    "hf" -> "hf_keep"; a keep variant stays). why: the setting that needs it (for the error)."""
+    if rollout in KEEP_WEIGHTS_ROLLOUT.values():
+        return rollout
+    if rollout not in KEEP_WEIGHTS_ROLLOUT:
+        raise ValueError(f"{why} samples from stale inference weights, which needs rollout servers that keep their "
+                         f"weights across sleep: available for {sorted(KEEP_WEIGHTS_ROLLOUT)}, not verl.rollout="
+                         f"{rollout!r}")
+    return KEEP_WEIGHTS_ROLLOUT[rollout]
 
 
 def hydra_value(v: Any, key: str = "value") -> str:
@@ -140,6 +163,8 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     s = method_settings(cfg, method, task)
     tr, m, env, psi = s["train"], s["method"], s["env"], s["psi"]
     mode = trainer_mode(method, m)
+    keep = needs_keep_weights(method, m)
+    why = f"{method}.sync={m.get('sync')!r}"
     v = _verl_cfg(cfg)
     out = Path(out).resolve()
     P, R = lengths(cfg, method, env)
@@ -206,11 +231,12 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
     if cpu:
-        o += cpu_overrides()
+        o += cpu_overrides(rollout=keep_rollout("hf", why) if keep else "hf")
     else:
+        rollout = str(v.get("rollout", "vllm"))
         o += [
             f"trainer.n_gpus_per_node={int(v.get('n_gpus_per_node', 8))}", f"trainer.nnodes={int(v.get('nnodes', 1))}",
-            f"actor_rollout_ref.rollout.name={v.get('rollout', 'vllm')}",
+            f"actor_rollout_ref.rollout.name={keep_rollout(rollout, why) if keep else rollout}",
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={int(v.get('tensor_parallel_size', 1))}",
             f"actor_rollout_ref.rollout.gpu_memory_utilization={float(v.get('gpu_memory_utilization', 0.6))}",
             f"actor_rollout_ref.actor.strategy={v.get('strategy', 'fsdp2')}",
@@ -223,13 +249,16 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     return o
 
 
-def cpu_overrides(external_ray: bool | None = None) -> list[str]:
+def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list[str]:
     """What verl needs to train on CPU through the harness (docs/verl.md, DESIGN "verl on CPU").
 
     external_ray: a Ray cluster is already running (RAY_ADDRESS set; default: read the environment).
     It must then have been started with ``--num-cpus 32 --num-gpus 1`` (logical resources) and the
     environment of `verl_env(cpu=True)`; otherwise main_ppo starts one with those resources.
+    rollout: "hf" (sleep discards the server's weights, as vLLM's level 2) or "hf_keep" (keeps them).
     """
+    if rollout not in ("hf", "hf_keep"):
+        raise ValueError(f"the CPU harness serves the rollouts hf and hf_keep, not {rollout!r}")
     if external_ray is None:
         external_ray = bool(os.environ.get("RAY_ADDRESS"))
     mp = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"  # fp32: rollout and training agree to ~1e-6
@@ -237,7 +266,7 @@ def cpu_overrides(external_ray: bool | None = None) -> list[str]:
     return [
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", *ray,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.name={rollout}", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={mp}",

@@ -5,16 +5,20 @@ every process (driver, TaskRunner, workers, agent-loop workers), which is where 
 filled. Importing this module registers:
   * the advantage estimators rtpo_sibling, rtpo_sibling_loo, tree_grpo, seeupo (`advantages.py`);
   * the agent loop "rtpo_agent" (`agent_loop.py`);
-  * the V1 trainer modes "rtpo_sync", "rtpo_chain_sync" and "rtpo_engine_sync" (`trainer.py`).
-The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the "hf" rollout).
+  * the V1 trainer modes "rtpo_sync", "rtpo_chain_sync" and "rtpo_engine_sync" (`trainer.py`);
+  * the rollout "vllm_keep" (`vllm_keep.py`: vLLM servers that keep their weights across sleep; vLLM
+    itself is imported only when such servers are launched).
+The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the rollouts "hf" / "hf_keep").
 """
 
 from __future__ import annotations
 
 from rtpo.verl_ext import advantages as _advantages
 from rtpo.verl_ext import agent_loop as _agent_loop  # noqa: F401  (registers "rtpo_agent" on import)
+from rtpo.verl_ext import vllm_keep as _vllm_keep
 
 _advantages.register()
+_vllm_keep.register()
 
 try:  # the trainer needs TransferQueue (verl[verl-core]); the estimators and agent loop do not
     from rtpo.verl_ext import trainer as _trainer  # noqa: F401  (registers the trainer modes on import)

@@ -1,7 +1,8 @@
 """The sampling half of rtpo's engine seam on verl's LLM server client.
 
 `rtpo.rollout.Roller` needs an engine with `tokenizer`, `max_context`, `weight_version` and
-`sample(contexts, params, seeds) -> [Completion]`. `ServerEngine` provides exactly that on top of
+`sample(contexts, params, seeds) -> [Completion]`. `ServerEngine` provides exactly that (plus
+`score`: logprobs of given tokens under the server's weights, through vLLM's prompt logprobs) on top of
 anything with verl's server signature
 
     await client.generate(request_id, *, prompt_ids, sampling_params) -> TokenOutput(token_ids, log_probs, ...)
@@ -122,21 +123,52 @@ class ServerEngine:
         seeds = seeds if seeds is not None else [None] * len(contexts)
         return list(await asyncio.gather(*[self.agenerate(c, params, s) for c, s in zip(contexts, seeds)]))
 
+    # ------------------------------------------------------------------ scoring given tokens
+    SCORE_PARAMS = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+                    "logprobs": False, "prompt_logprobs": 0, "detokenize": False}
+
+    async def ascore(self, context: list[int], completion: list[int]) -> list[float]:
+        """log p(completion[j] | context + completion[:j]) under the server's weights, unscaled
+        (temperature 1): vLLM's prompt logprobs of the request prompt = context + completion, in the
+        layout of verl's `extract_prompt_logprobs` (entry i scores prompt token i + 1)."""
+        prompt = list(context) + list(completion)
+        out = await self.client.generate(request_id=uuid.uuid4().hex, prompt_ids=prompt,
+                                         sampling_params=dict(self.SCORE_PARAMS))
+        pl = (getattr(out, "extra_fields", None) or {}).get("prompt_logprobs")
+        if pl is None or len(pl) != len(prompt):
+            raise ValueError(f"server returned {'no' if pl is None else len(pl)} prompt logprobs for a prompt of "
+                             f"{len(prompt)} tokens (prompt_logprobs=0 requests them)")
+        self.requests += 1
+        n = len(context)
+        return [float(pl[n - 1 + j][0]) for j in range(len(completion))]
+
+    def score(self, contexts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+        """Synchronous `ascore` of every (context, completion), all in flight at once."""
+        async def all_():
+            return list(await asyncio.gather(*[self.ascore(c, r) for c, r in zip(contexts, completions)]))
+
+        return self._run(all_())
+
     # ------------------------------------------------------------------ the Roller's engine API
     def sample(self, contexts: list[list[int]], params: SamplingParams,
                seeds: list[int] | None = None) -> list[Completion]:
         """Synchronous batch sampling (Roller's call); must not run on `self.loop`'s own thread."""
+        return self._run(self.asample(contexts, params, seeds))
+
+    def _run(self, coro: Any) -> Any:
+        """Run a coroutine on `self.loop` from another thread and wait for its result."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self.loop:
+            coro.close()
             raise RuntimeError("ServerEngine.sample called from its own event loop; run Roller.run in a worker "
                                "thread (loop.run_in_executor) or give ServerEngine another loop")
         if self.loop.is_closed() or not self.loop.is_running():
+            coro.close()
             raise RuntimeError("ServerEngine.sample: its event loop is not running")
-        fut = asyncio.run_coroutine_threadsafe(self.asample(contexts, params, seeds), self.loop)
-        return fut.result()
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def close(self) -> None:
         if self._bg is not None:

@@ -9,8 +9,10 @@ weights). All append the local engine's per-step record (docs/ARCHITECTURE.md, r
 to ``rtpo.metrics_path``; a resumed run drops records after its checkpoint, as the local loop does.
 
 "rtpo_engine_sync" (`RTPOEngineTrainer`) runs the local method's own `step` (rtpo/methods/) with a
-`VerlEngine` (engine.py) as its engine: Tree-GRPO, ARPO, SeeUPO and RTPO's off-policy continuation
-use it. The methods' code is the local engine's, line for line; verl supplies sampling, scoring and
+`VerlEngine` (engine.py) as its engine: Tree-GRPO, ARPO, SeeUPO, RTPO's off-policy continuation and
+RTPO's lagging sync modes interval:N / kl:tau (which need a rollout whose servers keep their weights
+across sleep: "vllm_keep" / "hf_keep") use it. The methods' code is the local engine's, line for
+line; verl supplies sampling, scoring and
 the optimizer step.
 
 RTPO, one `step` (paper §3, E.1), for the prompts of one training batch:
@@ -33,9 +35,8 @@ RTPO, one `step` (paper §3, E.1), for the prompts of one training batch:
         ref, advantage   `rtpo_sibling` (or `rtpo_sibling_loo`) over uid groups
         update_actor     one optimizer step on the whole stage batch (one mini-batch)
 
-Limits (each raises at start-up): sync modes other than per_stage (stale inference weights need vLLM
-to keep weights across sleep, in no trainer) and the off-policy continuation (`launch` routes it
-to "rtpo_engine_sync").
+Limits of "rtpo_sync" (each raises at start-up): sync modes other than per_stage and the off-policy
+continuation (`launch` routes both to "rtpo_engine_sync").
 The rollout runs in the trainer process (the TaskRunner actor); env steps and tool calls run there.
 """
 
@@ -66,6 +67,7 @@ from rtpo.engine.base import SamplingParams, UpdateConfig, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
 from rtpo.loss import kl_rollout_train
 from rtpo.rollout import Roller, Trajectory
+from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import build_output, make_env_factory, rtpo_settings, task_from_row
 from rtpo.verl_ext.engine import VerlEngine, update_config_from_verl, update_stats
 from rtpo.verl_ext.server_engine import ServerEngine
@@ -270,8 +272,9 @@ class RTPOTrainer(_RTPOMixin, PPOTrainerSync):
         if self.G < 2:
             raise ValueError(f"rtpo.method_cfg.group_size must be >= 2, got {self.G}")
         if str(m.get("sync", "per_stage")) != "per_stage":
-            raise NotImplementedError(f"rtpo on verl: sync={m.get('sync')!r} is not implemented (per_stage only: "
-                                      "stale inference weights need vLLM to keep its weights across sleep)")
+            raise NotImplementedError(f"rtpo_sync: sync={m.get('sync')!r} is not implemented here (per_stage only); "
+                                      "launch runs it with trainer mode rtpo_engine_sync on a rollout that keeps its "
+                                      "weights across sleep (vllm_keep | hf_keep)")
         if m.get("continuation", "on_policy") != "on_policy":
             raise NotImplementedError("rtpo on verl: the off-policy continuation variant is not implemented")
         if int(config.actor_rollout_ref.rollout.n) != 1:
@@ -438,9 +441,10 @@ class RTPOEngineTrainer(_RTPOMixin, PPOTrainerSync):
 
     Settings: ``rtpo.method`` (the registry name) and ``rtpo.method_cfg`` (the method's config section,
     as `rtpo.config.method_settings` gives it); the UpdateConfig is the verl actor's
-    (`update_config_from_verl`). Refused at start-up: vanilla (nothing to train: `launch.train_verl`
-    writes its files without verl), RTPO's sync modes other than per_stage (they sample from stale
-    inference weights, which vLLM's sleep discards), ``rollout.n != 1``.
+    (`update_config_from_verl`). The engine's `keeps_weights` is the rollout's (`rollout_keeps_weights`:
+    "vllm_keep" / "hf_keep"). Refused at start-up: vanilla (nothing to train: `launch.train_verl`
+    writes its files without verl), RTPO's sync modes other than per_stage on a rollout whose servers
+    discard their weights at sleep (they sample from stale inference weights), ``rollout.n != 1``.
 
     Checkpoints: verl's own (weights, optimizer, dataloader), plus `state.json` (the step and
     `Method.state()`) and the engine's counters (`engine.json`) in the same ``global_step_N`` folder.
@@ -457,10 +461,14 @@ class RTPOEngineTrainer(_RTPOMixin, PPOTrainerSync):
         if self.method_name == "vanilla":
             raise ValueError("rtpo_engine_sync: vanilla trains nothing; `rtpo train --engine verl` writes its final/ "
                              "and summary.json without running verl")
-        if self.method_name in ("rtpo", "rtpo_ca") and str(self.method_cfg.get("sync", "per_stage")) != "per_stage":
-            raise NotImplementedError(f"{self.method_name} on verl: sync={self.method_cfg.get('sync')!r} is not "
-                                      "implemented (per_stage only: the stale inference weights a lagging sync samples "
-                                      "from do not survive vLLM's sleep)")
+        rollout = str(config.actor_rollout_ref.rollout.name)
+        self.keeps_weights = rollout_keeps_weights(rollout)
+        if self.method_name in ("rtpo", "rtpo_ca") and str(self.method_cfg.get("sync", "per_stage")) != "per_stage" \
+                and not self.keeps_weights:
+            raise NotImplementedError(f"{self.method_name} on verl: sync={self.method_cfg.get('sync')!r} samples from "
+                                      f"stale inference weights, which the servers of rollout {rollout!r} discard at "
+                                      "sleep; use a rollout that keeps them "
+                                      f"({', '.join(KEEP_WEIGHTS_ROLLOUT.values())}; launch selects it)")
         if int(config.actor_rollout_ref.rollout.n) != 1:
             raise ValueError("rtpo_engine_sync: set actor_rollout_ref.rollout.n=1 (the method decides its rollouts)")
         self._resume_dir: str | None = None
@@ -478,7 +486,8 @@ class RTPOEngineTrainer(_RTPOMixin, PPOTrainerSync):
                              f"{max_context}: verl does not split a row")
         self.server_engine = ServerEngine(self.get_llm_client(), self.tokenizer, max_context)
         self.engine = VerlEngine(self, self.server_engine, update_config_from_verl(self.config),
-                                 _vocab_size(self.config), max_context)
+                                 _vocab_size(self.config), max_context, keeps_weights=self.keeps_weights,
+                                 server_max_len=rc.get("max_model_len", None))
         params = SamplingParams(max_new_tokens=int(self.rtpo.get("max_new_tokens", rc.response_length)),
                                 temperature=float(rc.temperature), top_p=float(rc.top_p))
         self.roller = Roller(self.engine, make_env_factory(self.rtpo), str(self.rtpo.get("psi", "full")), params)
