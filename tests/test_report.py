@@ -42,9 +42,9 @@ def _report(workdir: Path, config: Path, what: str = "all") -> int:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    """A full synthetic tree (3 seeds, every study of config.yaml) and its report."""
+    """A full synthetic tree (3 seeds, also for the ablations; every study of config.yaml) and its report."""
     work = tmp_path_factory.mktemp("report")
-    cfg = fixture_config(**{"train.steps": STEPS})
+    cfg = fixture_config(**{"train.steps": STEPS, "ablations.seeds": [0, 1, 2]})
     config = write_config(cfg, work / "config.yaml")
     make_results_tree(work, cfg)
     assert _report(work, config) == 0

@@ -110,7 +110,10 @@ def test_cpu_default_reuses_identical_ablation_variants(wf):
     r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
-    for s in (0, 1, 2):
+    seeds = load("config")["ablations"]["seeds"]
+    ablation_seeds = {int(m) for f in rules if f.startswith("results/ablations/") for m in re.findall(r"seed(\d+)", f)}
+    assert ablation_seeds == set(seeds), ablation_seeds
+    for s in seeds:
         for key in (f"group_size/G3/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
                     f"continuation/on_policy/search/rtpo/seed{s}"):
             assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
@@ -351,9 +354,13 @@ def test_slurm_executor_submits_with_fake_slurm(smoke_results, tmp_path):
            "RTPO_SLURM_GPU_PARTITION": "gpu"}
     tables_before = (work / "results" / "tables" / ".tables.done").stat().st_mtime
     cell = "results/runs/math/grpo/seed0/summary.json"
-    # the training job asks for two nodes (16 GPUs), as a two-node verl run does (docs/verl.md)
+    # the training job asks for two nodes (16 GPUs), as a two-node verl run does (docs/verl.md): edited
+    # in the profile, since a command-line --set-resources replaces the profile's whole set-resources
+    prof_path = work / "workflow" / "profiles" / "slurm" / "config.yaml"
+    prof = yaml.safe_load(prof_path.read_text())
+    prof["set-resources"]["train_grpo"] = {**prof["set-resources"]["train_grpo"], "nodes": 2, "gpu": 16}
+    prof_path.write_text(yaml.safe_dump(prof))
     r = run_snakemake(work, "--profile", "slurm", "--configfile", "config/smoke.yaml", "--forcerun", cell,
-                      "--set-resources", "train_grpo:nodes=2", "train_grpo:gpu=16",
                       "--slurm-init-seconds-before-status-checks", "1", "--slurm-keep-successful-logs",
                       env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
