@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtpo.context import apply_psi, validate_psi
-from rtpo.engine.base import Completion, PolicyEngine, SamplingParams
+from rtpo.engine.base import Completion, PolicyEngine, SamplingParams, stop_ids
 from rtpo.envs.base import Env, Message, Task
 
 EnvFactory = Callable[[Task], Env]
@@ -132,6 +132,7 @@ class Roller:
         self.tok = engine.tokenizer
         self.max_context = max_context or engine.max_context
         self.eos_text = self.tok.eos_token or ""
+        self.eos_ids, _ = stop_ids(self.tok)
 
     # -------------------------------------------------------------- contexts
     def encode_messages(self, messages: list[Message]) -> list[int]:
@@ -211,7 +212,7 @@ class Roller:
                     f = L.start.forced_action
                     turn = Turn(L.k, ctx[i], list(f.action_ids), list(f.logprobs), f.stop_reason, f.kind,
                                 f.weight_version, entropy=f.entropy)
-                content = self.tok.decode([x for x in turn.action_ids if x not in self._eos_ids()],
+                content = self.tok.decode([x for x in turn.action_ids if x not in self.eos_ids],
                                           skip_special_tokens=False)
                 res = L.env.step(content)
                 turn.observations = res.observations
@@ -235,10 +236,3 @@ class Roller:
                     still.append(i)
             active = still
         return [L.traj for L in live]
-
-    def _eos_ids(self) -> set[int]:
-        ids = {self.tok.eos_token_id}
-        v = self.tok.get_vocab()
-        if "<|im_end|>" in v:
-            ids.add(v["<|im_end|>"])
-        return ids

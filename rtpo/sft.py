@@ -83,6 +83,24 @@ def conversation_example(messages: list[dict[str, str]], tok: Any) -> Example:
     return ids, labels
 
 
+def labelled_loss(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy on labelled tokens, averaged over them: the same value as
+    `model(input_ids, attention_mask, labels=labels).loss`, but the output head runs only on the
+    positions that predict a labelled token (the assistant's; system, user and tool tokens are
+    context only), which saves most of the vocab-sized matmul and softmax.
+
+    ids, attn, labels: [B, T]; labels = -100 where not trained.
+    """
+    from rtpo.engine.local import decoder_and_head
+
+    decoder, head = decoder_and_head(model)
+    hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state  # [B, T, H]
+    target = labels[:, 1:]                                                 # [B, T-1]
+    keep = target != -100
+    logits = head(hidden[:, :-1][keep])                                    # [N, V]
+    return torch.nn.functional.cross_entropy(logits.float(), target[keep])
+
+
 def sft(model: torch.nn.Module, tok: Any, rows: list[Example], epochs: int, lr: float,
         batch_size: int, bf16: bool, seed: int = 0, max_len: int | None = None) -> list[float]:
     """Cross-entropy on labelled tokens only; AdamW with linear decay. Returns the mean loss per epoch."""
@@ -115,7 +133,7 @@ def sft(model: torch.nn.Module, tok: Any, rows: list[Example], epochs: int, lr: 
                 labels[j, :len(y)] = torch.tensor(y)
                 attn[j, :len(x)] = 1
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+                loss = labelled_loss(model, ids, attn, labels)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -36,6 +36,26 @@ def test_sample_logprobs_equal_recomputed_logprobs_fp32():
         assert worst < 1e-5, worst
 
 
+def test_logprobs_equal_a_plain_full_forward():
+    """engine.logprobs (head on response positions only) = log_softmax of the model's own full
+    logits at those positions, one sequence at a time (no padding)."""
+    from rtpo.engine.local import decoder_and_head
+
+    e = tiny.engine(seed=5)
+    ctx = contexts(e.tokenizer)
+    g = torch.Generator().manual_seed(0)
+    resp = [torch.randint(5, len(e.tokenizer), (n,), generator=g).tolist() for n in (3, 9, 1, 6)]
+    got = e.logprobs(ctx, resp, temperature=0.7)
+    with torch.no_grad():
+        for c, r, lp in zip(ctx, resp, got):
+            logits = e.model(input_ids=torch.tensor([c + r])).logits[0, len(c) - 1:-1] / 0.7
+            want = torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).squeeze(-1)
+            assert torch.allclose(torch.tensor(lp), want, atol=1e-5), (lp, want)
+    e.model.config.final_logit_softcapping = 30.0  # a model that post-processes its logits is refused
+    with pytest.raises(ValueError, match="final_logit_softcapping"):
+        decoder_and_head(e.model)
+
+
 def test_stop_reasons_and_length_limit():
     e = tiny.engine()
     comps = e.sample(contexts(e.tokenizer), SamplingParams(max_new_tokens=5), seeds=[0, 1, 2, 3])

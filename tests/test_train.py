@@ -51,3 +51,34 @@ def test_resume_matches_uninterrupted_run(setup, method):
     assert (d / f"{method}-resumed/final/config.json").exists()
     for key in ("ratio_mean", "tokens", "rollouts_per_prompt", "trunks", "syncs"):
         assert key in a[0]
+
+
+def test_sft_labelled_loss_equals_the_models_own_loss():
+    """rtpo.sft.labelled_loss (output head on labelled positions only) gives the loss and the
+    gradients of `model(..., labels=...)` on a padded batch with unlabelled context tokens."""
+    import torch
+
+    from rtpo.sft import labelled_loss
+
+    e = tiny.engine(seed=3)
+    model = e.model
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, len(e.tokenizer), (3, 17), generator=g)
+    attn = torch.ones_like(ids)
+    attn[1, 12:] = 0                       # a padded row
+    labels = ids.clone()
+    labels[:, :6] = -100                   # context only
+    labels[1, 12:] = -100
+    labels[2, 9:11] = -100                 # a hole inside the action
+    grads = []
+    for fn in (lambda: model(input_ids=ids, attention_mask=attn, labels=labels).loss,
+               lambda: labelled_loss(model, ids, attn, labels)):
+        model.zero_grad(set_to_none=True)
+        loss = fn()
+        loss.backward()
+        grads.append((float(loss), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (l_ref, g_ref), (l_new, g_new) = grads
+    assert abs(l_ref - l_new) < 1e-5, (l_ref, l_new)
+    assert len(g_ref) == len(g_new)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(g_ref, g_new))

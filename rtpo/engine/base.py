@@ -15,6 +15,23 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+TOOL_CLOSE = "</tool_call>"  # a tool call ends here: every engine stops sampling a turn on it
+
+
+def stop_ids(tokenizer: Any) -> tuple[set[int], int | None]:
+    """(EOS ids: eos_token and <|im_end|>; the id of </tool_call> or None) of a tokenizer.
+
+    Shared by every engine (they stop a turn on these) and the Roller (it strips them from the
+    action text handed to the environment)."""
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    vocab = tokenizer.get_vocab()
+    if "<|im_end|>" in vocab:
+        eos.add(vocab["<|im_end|>"])
+    if not eos:
+        raise ValueError("tokenizer defines no EOS / <|im_end|> token")
+    return eos, vocab.get(TOOL_CLOSE)
+
+
 @dataclass
 class SamplingParams:
     max_new_tokens: int = 128

@@ -23,9 +23,8 @@ import numpy as np
 import torch
 
 from rtpo import loss as L
-from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats
+from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
 
-TOOL_CLOSE = "</tool_call>"
 
 
 def build_tiny_qwen3(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
@@ -63,6 +62,21 @@ def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
     return model, tok
 
 
+def decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(decoder, output head) of a causal LM whose logits are exactly head(decoder(...).last_hidden_state).
+
+    Scoring and SFT run the head only on the positions they need (response / labelled tokens), not
+    on the whole context: for short actions after long multi-turn contexts that is most of the
+    vocab-sized matmul. Models that post-process logits (soft-capping, logit scales) are refused
+    rather than scored wrongly.
+    """
+    for key in ("final_logit_softcapping", "logit_scale"):
+        if getattr(model.config, key, None) not in (None, 1.0):
+            raise ValueError(f"{type(model).__name__}: config.{key} = {getattr(model.config, key)} post-processes "
+                             "the logits; the head-on-selected-positions path does not support it")
+    return model.get_decoder(), model.get_output_embeddings()
+
+
 def _sample_row(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> int:
     """Draw one token from a row of logprobs (V,), with nucleus filtering when top_p < 1."""
     probs = logp.exp()
@@ -92,9 +106,7 @@ class LocalEngine:
         self.autocast_bf16 = autocast_bf16
         self.sample_batch = sample_batch
         self.pad_id = int(tokenizer.pad_token_id)
-        self.eos_ids = self._stop_ids(tokenizer)
-        tool_id = tokenizer.convert_tokens_to_ids(TOOL_CLOSE) if TOOL_CLOSE in tokenizer.get_vocab() else None
-        self.tool_close_id = tool_id
+        self.eos_ids, self.tool_close_id = stop_ids(tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01)
         self.weight_version = 0
         self.train_version = 0
@@ -106,16 +118,6 @@ class LocalEngine:
     def from_pretrained(cls, model_dir: str | os.PathLike, **kw: Any) -> "LocalEngine":
         model, tok = load_hf_model(model_dir)
         return cls(model, tok, **kw)
-
-    @staticmethod
-    def _stop_ids(tok: Any) -> set[int]:
-        ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-        vocab = tok.get_vocab()
-        if "<|im_end|>" in vocab:
-            ids.add(vocab["<|im_end|>"])
-        if not ids:
-            raise ValueError("tokenizer defines no EOS / <|im_end|> token")
-        return ids
 
     def _autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16)
@@ -171,7 +173,7 @@ class LocalEngine:
         log_v = float(np.log(model.config.vocab_size))
 
         with self._autocast():
-            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True)
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
         cache, logits = out.past_key_values, out.logits[:, -1, :]
         active = list(range(B))          # chunk rows still generating, in cache-row order
         cur_pos = pos[:, -1].clone()
@@ -242,9 +244,11 @@ class LocalEngine:
             gather_pos[i, :len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
             tgt[i, :len(r)] = torch.tensor(r)
             mask[i, :len(r)] = 1.0
+        decoder, head = decoder_and_head(model)
         with self._autocast():
-            logits = model(input_ids=ids, attention_mask=attn).logits
-        logits = logits.float().gather(1, gather_pos[:, :, None].expand(-1, -1, logits.shape[-1]))
+            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state          # (B, L, H)
+            hidden = hidden.gather(1, gather_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
+            logits = head(hidden).float()                                                    # (B, T, V)
         if temperature > 0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)

@@ -24,21 +24,7 @@ import threading
 import uuid
 from typing import Any
 
-from rtpo.engine.base import Completion, SamplingParams
-
-TOOL_CLOSE = "</tool_call>"
-
-
-def stop_ids(tokenizer: Any) -> tuple[set[int], int | None]:
-    """(EOS ids: eos_token and <|im_end|>; the id of </tool_call> or None) of a tokenizer."""
-    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    vocab = tokenizer.get_vocab()
-    if "<|im_end|>" in vocab:
-        eos.add(vocab["<|im_end|>"])
-    if not eos:
-        raise ValueError("tokenizer defines no EOS / <|im_end|> token")
-    return eos, vocab.get(TOOL_CLOSE)
-
+from rtpo.engine.base import Completion, SamplingParams, stop_ids
 
 class _BackgroundLoop:
     """An asyncio loop running forever in a daemon thread (for synchronous callers)."""
