@@ -235,6 +235,7 @@ class _FakeVerlTrainer:
 
     _measure_rollout_consistency = _M._measure_rollout_consistency
     _old_from_rollout = _M._old_from_rollout
+    _score_for_update = _M._score_for_update
 
     def __init__(self, eng, tq, temperature=1.0):
         from omegaconf import OmegaConf

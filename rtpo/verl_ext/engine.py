@@ -195,7 +195,7 @@ class VerlEngine:
 
     trainer:    the trainer object (`rtpo.verl_ext.trainer.RTPOEngineTrainer`): its actor worker group,
                 checkpoint manager, `_balance_batch`, `_compute_old_log_prob`, `_compute_ref_log_prob`,
-                `_measure_rollout_consistency`, `_old_from_rollout`, `_update_actor_whole`, config.
+                `_score_for_update` (the mixin's), `_update_actor_whole`, config.
     server:     the `ServerEngine` that samples from verl's rollout servers.
     update_cfg: the actor's settings (`update_config_from_verl`); `update` checks a method's against it.
     vocab_size: |V| of the model's logits (the normaliser of ARPO's entropy).
@@ -449,13 +449,7 @@ class VerlEngine:
 
         tq.kv_batch_put(keys=batch.keys, partition_id=PARTITION,
                         fields=TensorDict({"advantages": nested, "returns": nested.clone()}, batch_size=len(batch)))
-        with marked_timer("old_log_prob", timing, color="blue"):
-            batch = tr._compute_old_log_prob(batch, metrics=metrics)
-        ratio, kl, n = tr._measure_rollout_consistency(batch)
-        tr._old_from_rollout(batch)
-        if tr.use_reference_policy:
-            with marked_timer("ref", timing, color="olive"):
-                batch = tr._compute_ref_log_prob(batch, metrics=metrics)
+        batch, ratio, kl, n = tr._score_for_update(batch, metrics, timing)
         with marked_timer("update_actor", timing, color="red"):
             tr._update_actor_whole(batch, metrics=metrics, temperature=float(temperature))
         self._dirty = True

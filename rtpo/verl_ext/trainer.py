@@ -175,6 +175,21 @@ class _RTPOMixin:
         tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                         fields=_td({"old_log_probs": response_to_nested(new_old, mask)}, len(batch)))
 
+    def _score_for_update(self, batch: KVBatchMeta, metrics: dict[str, Any],
+                          timing_raw: dict[str, Any]) -> tuple[KVBatchMeta, float, float, int]:
+        """The actor's pass over a batch about to be trained, before any weight change: verl's old
+        logprobs, the rollout-training ratio / KL on trained tokens (paper Fig. 3), then
+        old := the rollout's logprobs (the PPO ratio's denominator, as LocalEngine.update), and the
+        reference logprobs when a KL term is on. Returns (batch, ratio, KL, trained tokens)."""
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            batch = self._compute_old_log_prob(batch, metrics=metrics)
+        ratio, kl, n = self._measure_rollout_consistency(batch)
+        self._old_from_rollout(batch)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                batch = self._compute_ref_log_prob(batch, metrics=metrics)
+        return batch, ratio, kl, n
+
     def _update_actor_whole(self, batch: KVBatchMeta, metrics: dict[str, Any], temperature: float | None = None):
         """One optimizer step per epoch on the whole batch (global = mini batch = its rows)."""
         a = self.config.actor_rollout_ref.actor
@@ -403,13 +418,7 @@ class RTPOTrainer(_RTPOMixin, PPOTrainerSync):
         ratio, KL, trained tokens, the sibling rows' advantages)."""
         sib_keys = {meta.keys[j] for j in sib_rows}
         batch = self._balance_batch(meta, metrics=metrics)
-        with marked_timer("old_log_prob", timing_raw, color="blue"):
-            batch = self._compute_old_log_prob(batch, metrics=metrics)
-        ratio, kl, n = self._measure_rollout_consistency(batch)
-        self._old_from_rollout(batch)
-        if self.use_reference_policy:
-            with marked_timer("ref", timing_raw, color="olive"):
-                batch = self._compute_ref_log_prob(batch, metrics=metrics)
+        batch, ratio, kl, n = self._score_for_update(batch, metrics, timing_raw)
         with marked_timer("adv", timing_raw, color="brown"):
             batch = self._compute_advantage(batch, metrics=metrics)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
