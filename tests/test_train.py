@@ -77,7 +77,7 @@ def test_sft_labelled_loss_equals_the_models_own_loss():
         model.zero_grad(set_to_none=True)
         loss = fn()
         loss.backward()
-        grads.append((float(loss), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+        grads.append((loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
     (l_ref, g_ref), (l_new, g_new) = grads
     assert abs(l_ref - l_new) < 1e-5, (l_ref, l_new)
     assert len(g_ref) == len(g_new)
