@@ -14,12 +14,16 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams
 from rtpo.eval.metrics import aggregate_pass_at_k, trajectory_stats
 from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start, Trajectory
 from rtpo.train import build_engine, env_factory, load_tasks
+
+CHUNK = 32  # trajectories rolled out together (one progress-bar tick each chunk)
 
 
 def benchmark_of(task) -> str:
@@ -56,7 +60,11 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
     t0 = time.perf_counter()
     starts = [Start(t, first_kind="eval", rest_kind="eval", seed=seed * 1_000_003 + i * k + j)
               for i, t in enumerate(tasks) for j in range(k)]
-    trajs = roller.run(starts)
+    trajs: list[Trajectory] = []
+    with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
+        for i in range(0, len(starts), CHUNK):
+            trajs += roller.run(starts[i:i + CHUNK])
+            bar.update(len(starts[i:i + CHUNK]))
     recs = [traj_record(t) for t in trajs]
     groups: dict[str, list[int]] = defaultdict(list)
     for i, st in enumerate(starts):
