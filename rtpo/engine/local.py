@@ -26,7 +26,6 @@ from rtpo import loss as L
 from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
 
 
-
 def build_tiny_qwen3(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
                      num_kv_heads: int = 2, intermediate_size: int = 768, max_position: int = 2048,
                      seed: int = 0) -> torch.nn.Module:
