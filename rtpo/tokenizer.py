@@ -2,8 +2,15 @@
 
 One rendering path serves every model: `tokenizer.apply_chat_template(messages, ...)`. The template
 below reproduces Qwen3's ChatML layout for system/user/assistant turns and wraps tool results in
-`<tool_response>` inside a user turn, as Qwen3 does. Digits are split one per token (as in Qwen),
-so copying numbers between question, code and tool output is a token-level copy.
+`<tool_response>` inside a user turn, as Qwen3 does.
+
+Numbers are cut into chunks of at most two digits, left to right, never merged with a neighbouring
+space or symbol ("5166" -> "51" "66" wherever it appears: in the question, in code, in a tool
+result). Copying a number between question, code, tool output and answer is then a copy of a few
+tokens from a 100-symbol alphabet, which a small model learns with the induction heads its copy
+pre-training forms (rtpo.sft.copy_pretrain). Qwen splits digits one per token; with 10 symbols a
+copy has to track its position inside the number ("5166" -> "51666..."), and the 0.6M-parameter
+embedded model never learned that within the CPU budget (loss on digit tokens stayed at log 10).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 2048):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"\p{N}{1,2}"), behavior="isolated"),  # numbers: 2-digit chunks
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()

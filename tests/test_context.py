@@ -74,5 +74,10 @@ def test_chat_template_renders_qwen3_layout_and_special_tokens():
     for special in ("<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "<|im_end|>"):
         assert special in tok.get_vocab()
         assert len(tok.encode(special, add_special_tokens=False)) == 1
-    # digits are single tokens, so numbers are copied digit by digit
-    assert len(tok.encode("10063", add_special_tokens=False)) == 5
+    # numbers are cut into 2-digit chunks, the same ones wherever the number stands, so a copy of
+    # a number from the question into code or from a tool result into the answer is a token copy
+    assert tok.convert_ids_to_tokens(tok.encode("10063", add_special_tokens=False)) == ["10", "06", "3"]
+    chunks = tok.encode("10063", add_special_tokens=False)
+    for text in (" 10063", "(10063)", "{10063}", "x10063 "):
+        ids = tok.encode(text, add_special_tokens=False)
+        assert any(ids[i:i + 3] == chunks for i in range(len(ids))), (text, tok.convert_ids_to_tokens(ids))
