@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def copy_pretrain(model: torch.nn.Module, tok: Any, steps: int, lr: float, batch
     entity names into the next query). A pretrained LM brings induction heads; the tiny model
     trained from scratch on a few hundred demonstrations never formed them (its loss on copied
     tokens stayed at chance). Here the loss sits on a plateau, then drops once the heads form. When
-    is chaotic (seed, vocabulary); the learning rate matters most: for H128 L2 at batch 16 x 256
+    they form is chaotic (seed, vocabulary); the learning rate matters most: for H128 L2 at batch 16 x 256
     tokens, lr 6e-3 formed them after ~250-400 steps in 3 of 3 runs, lr 3e-3 after 300 to >1000,
     lr 1e-3 not within 600. Returns the loss per step.
     """
@@ -251,6 +252,11 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         cl = copy_pretrain(model, tok, int(s["copy_pretrain_steps"]), float(s.get("copy_pretrain_lr", 6e-3)), seed=seed)
         k = max(1, len(cl) // 10)  # the loss curve in tenths: plateau, then the drop
         summary["copy_pretrain_loss"] = [round(sum(cl[i:i + k]) / len(cl[i:i + k]), 3) for i in range(0, len(cl), k)]
+        first, last = summary["copy_pretrain_loss"][0], summary["copy_pretrain_loss"][-1]
+        if last > 0.5 * first:
+            print(f"WARNING: copy pre-training did not form induction heads (loss {first} -> {last}); the warm "
+                  "start will not copy from context. Raise sft.copy_pretrain_steps or sft.copy_pretrain_lr.",
+                  file=sys.stderr)
     if s.get("epochs", 0) > 0:
         rows = sft_examples(cfg, data_dir, tok, seed)
         losses = sft(model, tok, rows, int(s["epochs"]), float(s["lr"]), int(s["batch_size"]),

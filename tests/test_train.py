@@ -149,3 +149,24 @@ def test_copy_pretrain_teaches_the_model_to_copy():
     assert after > 0.5, (after, losses[::50])
     with torch.no_grad():
         assert labelled_loss(e.model, ids, torch.ones_like(ids), labels).item() < 0.5 * losses[0]
+
+
+def test_base_model_runs_copy_pretraining_when_configured(tmp_path, capsys):
+    """`sft.copy_pretrain_steps` reaches rtpo.sft.build_base_model: the summary holds the copy loss
+    curve and, since 10 steps cannot form induction heads, the log says so and names the keys."""
+    from rtpo.sft import build_base_model
+    from rtpo.tokenizer import save_tokenizer
+
+    tok_dir = tmp_path / "tok"
+    save_tokenizer(tiny.tokenizer(), tok_dir)
+    cfg = {"tasks": [], "model": {"source": "tiny", "threads": 1,
+                                  "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                                           "intermediate_size": 64, "max_position": 256}},
+           "sft": {"epochs": 0, "lr": 1e-3, "copy_pretrain_steps": 10, "copy_pretrain_lr": 6e-3}}
+    summary = build_base_model(cfg, tmp_path, tok_dir, tmp_path / "base")
+    assert len(summary["copy_pretrain_loss"]) == 10
+    assert all(x > 0 for x in summary["copy_pretrain_loss"])
+    assert "did not form induction heads" in capsys.readouterr().err
+    assert json.loads((tmp_path / "base" / "sft_summary.json").read_text())["copy_pretrain_loss"] == summary["copy_pretrain_loss"]
+    cfg["sft"]["copy_pretrain_steps"] = 0
+    assert "copy_pretrain_loss" not in build_base_model(cfg, tmp_path, tok_dir, tmp_path / "base0")
