@@ -587,6 +587,36 @@ def test_hf_server_samples_as_the_local_engine_and_loads_weights():
         run(srv.update_weights({"no.such.weight": torch.zeros(1)}))
 
 
+def test_hf_server_default_seeds_do_not_depend_on_arrival_order():
+    """Requests without a seed (verl's agent loops send none) draw one from what is asked, not from
+    when it arrived: the same requests in another order give the same completions per prompt, the
+    repeats of one prompt differ, and the next step (global_steps) draws new ones."""
+    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+
+    tok = tiny.tokenizer()
+    prompts = [tok.encode(f"question {i}") for i in range(3)]
+    sp = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 12, "stop_token_ids": [tok.eos_token_id]}
+
+    def serve(order, steps=None):
+        srv = HFGenerateServer(engine=tiny.engine(seed=1))
+        if steps is not None:
+            run(srv.set_global_steps(steps))
+
+        async def go():
+            return await asyncio.gather(*(srv.generate(prompt_ids=prompts[i], sampling_params=dict(sp)) for i in order))
+
+        got: dict[int, list[tuple[int, ...]]] = {}
+        for i, out in zip(order, run(go())):
+            got.setdefault(i, []).append(tuple(out.token_ids))
+        return got
+
+    a = serve([0, 0, 1, 2, 2, 2])
+    b = serve([2, 1, 2, 0, 2, 0])
+    assert a == b
+    assert len(set(a[2])) > 1  # the three requests of prompt 2 are three different draws
+    assert serve([0, 0, 1, 2, 2, 2], steps=5) != a
+
+
 def test_hf_server_sleep_discards_or_keeps_weights_and_scores_prompts():
     """The HF server's sleep, as vLLM's: asleep it refuses to generate and to load weights; level 2
     ("hf") discards the weights (no sampling until update_weights), level 1 ("hf_keep") restores them
@@ -1035,7 +1065,7 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
         assert r["tokens"]["sibling"] > 0 and r["tokens"]["continuation"] > 0 and r["tokens"]["trunk"] > 0
         assert r["rollouts_per_prompt"] == 2 * (1 + 2 * 2 + 1)  # trunks + (stage 1: 2 sibs) + (stage 0: 2 sibs + 1 cont)
         assert r["syncs"] == 2  # pushes: before stage 0, and at the step's end (for the next trunks)
-        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0  # parity rewards: the actor really moved
+    _assert_trained(recs)
     assert (out / "final" / "config.json").exists() and (out / "summary.json").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 
@@ -1059,6 +1089,17 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+def _assert_trained(recs: list[dict]) -> None:
+    """The actor moved wherever the rewards gave it a signal. The first step samples the tiny random
+    model, whose parity rewards spread: some advantage is non-zero and the gradient too. A later step
+    may find every group uniform (all rewards 1 after an update; CI met it with SeeUPO), and then its
+    advantages are rightly all zero, so only "a non-zero advantage means a gradient" is required."""
+    assert recs[0]["zero_adv_frac"] < 1 and recs[0]["grad_norm"] > 0
+    for r in recs:
+        if r["zero_adv_frac"] < 1:
+            assert r["grad_norm"] > 0, r
+
+
 def _loads(final: Path) -> None:
     from rtpo.engine.local import LocalEngine
 
@@ -1079,7 +1120,7 @@ def test_tree_grpo_two_steps_on_verl(verl_run):
         assert r["ratio_mean"] == pytest.approx(1.0, abs=2e-3) and 0 <= r["kl_rollout_train"] < 1e-3
         assert r["rollouts_per_prompt"] == 4.0  # M (1 + L N) = 2 * (1 + 1 * 1) leaves per prompt
         assert r["syncs"] == 1 and r["weight_version"] == i + 1 and r["train_version"] == i + 1
-        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0  # parity rewards: the actor really moved
+    _assert_trained(recs)
     assert (out / "checkpoint" / "global_step_2" / "state.json").exists()
     _loads(out / "final")
 
@@ -1115,7 +1156,7 @@ def test_seeupo_on_verl_with_resume(verl_run):
         assert r["turns"][0]["ratio_mean"] == pytest.approx(1.0, abs=2e-3)
         # the counters continue across the resume (engine.json): one sync and K = 2 updates per step
         assert r["syncs"] == 1 and r["weight_version"] == i + 1 and r["train_version"] == 2 * (i + 1)
-        assert r["zero_adv_frac"] < 1 and r["grad_norm"] > 0
+    _assert_trained(recs)
     _loads(out / "final")
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
 

@@ -37,9 +37,10 @@ server's weights, unscaled by temperature as in vLLM; a dummy ``[0.0]`` last) an
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
-import random
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,7 +98,9 @@ class HFGenerateServer:
         self.max_model_len = int(max_model_len or engine.max_context)
         self.response_length = int(response_length or self.max_model_len)
         self.global_steps: int | None = None
-        self.rng = random.Random(seed)
+        self.seed = int(seed)
+        self._seen: Counter[tuple[int, ...]] = Counter()  # requests per prompt at this step (_default_seed)
+        self._seen_step = 0
         self._lock = asyncio.Lock()          # one batch or one weight update at a time
         self._pending: list[tuple[tuple, list[int], int, asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
@@ -159,7 +162,7 @@ class HFGenerateServer:
         if n_prompt_lp is not None:
             extra.update(await self._prompt_logprobs(prompt))
         if seed is None:
-            seed = self.rng.randrange(2**62)
+            seed = self._default_seed(prompt)
         key = (params.max_new_tokens, params.temperature, params.top_p, params.stop_at_tool_call)
         fut = asyncio.get_running_loop().create_future()
         self._pending.append((key, prompt, seed, fut))
@@ -167,6 +170,22 @@ class HFGenerateServer:
             self._drainer = asyncio.create_task(self._drain())
         comp = await fut
         return _token_output(token_ids=comp.ids, log_probs=comp.logprobs, stop_reason="completed", extra_fields=extra)
+
+    def _default_seed(self, prompt: list[int]) -> int:
+        """Seed of a request that brings none: a hash of (server seed, step, prompt, how many requests
+        with this prompt came before at this step). verl's agent loops send their requests
+        concurrently, so a seed stream drawn in arrival order would make a CPU run depend on thread
+        timing; this seed depends only on what is asked, so the same run samples the same multiset
+        of completions per context every time."""
+        step = self.global_steps or 0
+        if step != self._seen_step:  # counts are per step: forget the last step's prompts
+            self._seen.clear()
+            self._seen_step = step
+        key = tuple(prompt)
+        n = self._seen[key]
+        self._seen[key] += 1
+        h = hashlib.blake2b(repr((self.seed, step, n, key)).encode(), digest_size=8).digest()
+        return int.from_bytes(h, "little") >> 2  # < 2**62
 
     async def _prompt_logprobs(self, prompt: list[int]) -> dict[str, list[list[float]] | list[list[int]]]:
         """vLLM's prompt logprobs (num_prompt_logprobs = 0) in the layout of verl's `extract_prompt_logprobs`."""
