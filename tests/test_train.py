@@ -111,7 +111,7 @@ def test_copy_batch_labels_exactly_the_repeats():
                 j += 1
             seg = row[i:j]
             assert 4 <= len(seg) <= 24 or j == len(row)
-            k, copies = j, 0
+            k = j
             while k < len(row) and lab[k] != -100:
                 assert row[k] == seg[(k - j) % len(seg)]
                 k += 1
