@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ class Boundary:
     full_ids: list[int]         # canonical full-history ids, generation prompt included
     env_state: Any              # env.snapshot()
     context_ids: list[int]      # c_k = psi(S_k)
+    text: str | None = None     # the chat-template text of `messages` (so a branch does not render it again)
 
 
 @dataclass
@@ -106,12 +108,18 @@ class _Live:
 
     def __init__(self, traj: Trajectory, env: Env, start: Start):
         self.traj, self.env, self.start, self.k = traj, env, start, start.k
+        self.rendered: str | None = None   # chat-template text of traj.messages (generation prompt included)
 
 
-def _between_text(tokenizer: Any, messages: list[Message], content: str, observations: list[Message],
-                  ended_with_eos: bool, eos_text: str) -> str:
-    """Template text after an assistant turn's content: the turn close, tool results, next generation prompt."""
-    before = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+def between_text(tokenizer: Any, messages: list[Message], content: str, observations: list[Message],
+                  ended_with_eos: bool, eos_text: str, before: str | None = None) -> tuple[str, str]:
+    """(between, after): the template text after an assistant turn's content (the turn close, tool
+    results, next generation prompt), and the whole rendered history after the turn.
+
+    before: the rendered history before the turn (generation prompt included), when the caller kept
+    it from the previous turn (`Roller` does: the template runs once per turn, not twice)."""
+    if before is None:
+        before = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     after = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": content}] + observations,
                                           add_generation_prompt=True, tokenize=False)
     if not after.startswith(before + content):
@@ -120,40 +128,62 @@ def _between_text(tokenizer: Any, messages: list[Message], content: str, observa
     between = after[len(before) + len(content):]
     if ended_with_eos and between.startswith(eos_text):
         between = between[len(eos_text):]
-    return between
+    return between, after
 
 
 class Roller:
     """Runs batched multi-turn rollouts for one task family with a fixed psi and sampling params."""
 
     def __init__(self, engine: PolicyEngine, env_factory: EnvFactory, psi: str, params: SamplingParams,
-                 max_context: int | None = None):
+                 max_context: int | None = None, env_threads: int = 8):
         self.engine, self.env_factory, self.psi, self.params = engine, env_factory, validate_psi(psi), params
+        self.env_threads = int(env_threads)  # envs stepped at once (1: one after another)
         self.tok = engine.tokenizer
         self.max_context = max_context or engine.max_context
         self.eos_text = self.tok.eos_token or ""
         self.eos_ids, _ = stop_ids(self.tok)
 
     # -------------------------------------------------------------- contexts
-    def encode_messages(self, messages: list[Message]) -> list[int]:
-        text = self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return self.tok.encode(text, add_special_tokens=False)
+    def render(self, messages: list[Message]) -> str:
+        return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
-    def context_ids(self, messages: list[Message], full_ids: list[int]) -> list[int]:
-        """c_k = psi(S_k) as token ids; under psi = full exactly the canonical full-history ids."""
+    def encode_messages(self, messages: list[Message]) -> list[int]:
+        return self.tok.encode(self.render(messages), add_special_tokens=False)
+
+    def context_ids(self, messages: list[Message], full_ids: list[int], rendered: str | None = None) -> list[int]:
+        """c_k = psi(S_k) as token ids; under psi = full exactly the canonical full-history ids.
+
+        rendered: the template text of `messages`, if the caller has it (reused when psi leaves the
+        history unchanged, e.g. qwen3 before any <think> block was written)."""
         if self.psi == "full":
             return list(full_ids)
-        return self.encode_messages(apply_psi(messages, self.psi))
+        view = apply_psi(messages, self.psi)
+        text = rendered if (rendered is not None and view == messages) else self.render(view)
+        return self.tok.encode(text, add_special_tokens=False)
 
     # -------------------------------------------------------------- rollout
+    def _step_envs(self, calls: list[tuple[Env, str]]) -> list[Any]:
+        """env.step(text) for every (env, text), results in input order.
+
+        Envs are independent objects (their own state, their own sandbox calls), so stepping them
+        from a thread pool gives the results of stepping them one after another; it overlaps the
+        tool calls' subprocess and IO waits (the math sandbox, a retrieval server)."""
+        if self.env_threads <= 1 or len(calls) <= 1:
+            return [env.step(text) for env, text in calls]
+        with ThreadPoolExecutor(max_workers=min(self.env_threads, len(calls))) as pool:
+            return list(pool.map(lambda c: c[0].step(c[1]), calls))
+
     def _begin(self, s: Start) -> _Live:
         env = self.env_factory(s.task)
         if s.source is None:
             messages = env.reset(s.task)
-            full = self.encode_messages(messages)
+            text = self.render(messages)
+            full = self.tok.encode(text, add_special_tokens=False)
             traj = Trajectory(task=s.task, turns=[], boundaries=[], full_ids=full, action_spans=[],
                               messages=messages, info={"prompt_len": len(full)})
-            return _Live(traj, env, s)
+            live = _Live(traj, env, s)
+            live.rendered = text
+            return live
         src, k = s.source, s.k
         if k >= len(src.boundaries):
             raise ValueError(f"trajectory {src.task.id} has no boundary S_{k} (it has {len(src.boundaries)} turns)")
@@ -164,7 +194,9 @@ class Roller:
                           full_ids=list(b.full_ids), action_spans=list(src.action_spans[:k]),
                           messages=copy.deepcopy(b.messages), start_k=k,
                           info={"prompt_len": src.info.get("prompt_len", 0)})
-        return _Live(traj, env, s)
+        live = _Live(traj, env, s)
+        live.rendered = b.text
+        return live
 
     def run(self, starts: Sequence[Start]) -> list[Trajectory]:
         live = [self._begin(s) for s in starts]
@@ -175,7 +207,12 @@ class Roller:
             for i in active:
                 L = live[i]
                 t = L.traj
-                c = self.context_ids(t.messages, t.full_ids)
+                if L.rendered is None:
+                    L.rendered = self.render(t.messages)
+                if L.k == L.start.k and L.start.source is not None:
+                    c = list(L.start.source.boundaries[L.k].context_ids)   # psi(S_k) as recorded
+                else:
+                    c = self.context_ids(t.messages, t.full_ids, L.rendered)
                 forced = L.start.forced_action if (L.k == L.start.k and L.start.forced_action) else None
                 if forced is not None:
                     c = forced.context_ids  # replaying: keep the recorded c_k bit for bit
@@ -184,7 +221,7 @@ class Roller:
                     t.info["context_overflow"] = True
                     continue
                 t.boundaries.append(Boundary(L.k, copy.deepcopy(t.messages), list(t.full_ids),
-                                             L.env.snapshot(), c))
+                                             L.env.snapshot(), c, L.rendered))
                 ctx[i] = c
             active = [i for i in active if i in ctx]
             if not active:
@@ -198,23 +235,26 @@ class Roller:
                     seeds = [hash((live[i].start.seed, live[i].k)) % (2**62) for i in to_sample]
                 out = self.engine.sample([ctx[i] for i in to_sample], self.params, seeds=seeds)
                 comps = dict(zip(to_sample, out))
-            # 3. step the envs
-            still = []
+            # 3. step the envs (concurrently: tool calls are subprocesses / IO; each env is its own object)
+            turns: dict[int, Turn] = {}
             for i in active:
                 L = live[i]
-                t = L.traj
                 if i in comps:
                     c = comps[i]
                     kind = L.start.first_kind if L.k == L.start.k else L.start.rest_kind
-                    turn = Turn(L.k, ctx[i], c.ids, c.logprobs, c.stop_reason, kind, c.weight_version,
-                                entropy=c.entropy)
+                    turns[i] = Turn(L.k, ctx[i], c.ids, c.logprobs, c.stop_reason, kind, c.weight_version,
+                                    entropy=c.entropy)
                 else:
                     f = L.start.forced_action
-                    turn = Turn(L.k, ctx[i], list(f.action_ids), list(f.logprobs), f.stop_reason, f.kind,
-                                f.weight_version, entropy=f.entropy)
-                content = self.tok.decode([x for x in turn.action_ids if x not in self.eos_ids],
-                                          skip_special_tokens=False)
-                res = L.env.step(content)
+                    turns[i] = Turn(L.k, ctx[i], list(f.action_ids), list(f.logprobs), f.stop_reason, f.kind,
+                                    f.weight_version, entropy=f.entropy)
+            contents = {i: self.tok.decode([x for x in turns[i].action_ids if x not in self.eos_ids],
+                                           skip_special_tokens=False) for i in active}
+            results = self._step_envs([(live[i].env, contents[i]) for i in active])
+            still = []
+            for i, res in zip(active, results):
+                L, turn, content = live[i], turns[i], contents[i]
+                t = L.traj
                 turn.observations = res.observations
                 turn.tool_calls = int(res.info.get("tool_calls", 0))
                 turn.tool_errors = int(res.info.get("tool_errors", 0))
@@ -223,8 +263,8 @@ class Roller:
                 t.action_spans.append((start, len(t.full_ids)))
                 t.turns.append(turn)
                 if not res.done:
-                    between = _between_text(self.tok, t.messages, content, res.observations,
-                                            turn.stop_reason == "eos", self.eos_text)
+                    between, L.rendered = between_text(self.tok, t.messages, content, res.observations,
+                                                       turn.stop_reason == "eos", self.eos_text, before=L.rendered)
                     t.full_ids.extend(self.tok.encode(between, add_special_tokens=False))
                 t.messages = t.messages + [{"role": "assistant", "content": content}] + list(res.observations)
                 L.k += 1

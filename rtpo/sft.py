@@ -68,7 +68,7 @@ def turn_examples(messages: list[dict[str, str]], tok: Any, psi: str) -> list[Ex
 def conversation_example(messages: list[dict[str, str]], tok: Any) -> Example:
     """The whole conversation as one sequence under the full history (the rollout's canonical
     concatenation: actions, turn closes, tool results); every action + <|im_end|> is trained."""
-    from rtpo.rollout import _between_text
+    from rtpo.rollout import between_text
 
     im_end = tok.convert_tokens_to_ids("<|im_end|>")
     head, turns = split_turns(messages)
@@ -80,7 +80,7 @@ def conversation_example(messages: list[dict[str, str]], tok: Any) -> Example:
         act = tok.encode(content, add_special_tokens=False) + [im_end]
         ids, labels = ids + act, labels + act
         if len(turn) > 1:
-            between = tok.encode(_between_text(tok, hist, content, turn[1:], True, tok.eos_token), add_special_tokens=False)
+            between = tok.encode(between_text(tok, hist, content, turn[1:], True, tok.eos_token)[0], add_special_tokens=False)
             ids, labels = ids + between, labels + [-100] * len(between)
         hist = hist + turn
     return ids, labels

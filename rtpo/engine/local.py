@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from rtpo import loss as L
+from rtpo.engine import decoder as D
 from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
 
 
@@ -76,21 +77,10 @@ def decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.
     return model.get_decoder(), model.get_output_embeddings()
 
 
-def _sample_row(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> int:
-    """Draw one token from a row of logprobs (V,), with nucleus filtering when top_p < 1."""
-    probs = logp.exp()
-    if top_p < 1.0:
-        sp, si = probs.sort(descending=True)
-        keep = (sp.cumsum(0) - sp) < top_p  # smallest prefix whose mass reaches top_p
-        sp = sp * keep
-        return int(si[torch.multinomial(sp / sp.sum(), 1, generator=gen)])
-    return int(torch.multinomial(probs, 1, generator=gen))
-
-
 class LocalEngine:
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, seed: int = 0,
                  reference: bool = True, autocast_bf16: bool = False,
-                 sample_batch: int = 64, max_context: int | None = None) -> None:
+                 sample_batch: int = 256, sample_cache_mb: int = 1024, max_context: int | None = None) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token")
         self.tokenizer = tokenizer
@@ -103,13 +93,18 @@ class LocalEngine:
                 m.requires_grad_(False)
         self.max_context = int(max_context or model.config.max_position_embeddings)
         self.autocast_bf16 = autocast_bf16
-        self.sample_batch = sample_batch
+        self.sample_batch = sample_batch          # rows decoded together at most
+        self.sample_cache_mb = sample_cache_mb    # and their KV cache at most this size
         self.pad_id = int(tokenizer.pad_token_id)
         self.eos_ids, self.tool_close_id = stop_ids(tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01)
         self.weight_version = 0
         self.train_version = 0
+        self.sampled_tokens = 0                   # counters for benchmarks: generated / prefilled tokens
+        self.prefilled_tokens = 0
         self.seed_gen = random.Random(seed)  # draws per-request seeds when the caller gives none
+        # the batched KV-cache decoder on the inference weights; None: the model's own forward
+        self._decoder = D.Decoder(self.rollout_model) if D.supports(self.rollout_model) is None else None
         torch.manual_seed(seed)
 
     # ------------------------------------------------------------------ construction helpers
@@ -137,78 +132,58 @@ class LocalEngine:
                seeds: list[int] | None = None) -> list[Completion]:
         """Sample one completion per context with the *inference* weights.
 
-        seeds: one per context (same seed + same batch -> same sample); drawn from the engine's
-        seed stream when None.
+        seeds: one per context; a request's sample is a function of its seed, its context and the
+        weights only (counter-based random stream, rtpo.engine.decoder), not of the batch it shares.
+        Drawn from the engine's seed stream when None.
         """
         self._check_contexts(contexts)
         if seeds is None:
             seeds = [self.seed_gen.randrange(2**62) for _ in contexts]
         if len(seeds) != len(contexts):
             raise ValueError(f"{len(seeds)} seeds for {len(contexts)} contexts")
-        order = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+        # longest first, identical contexts adjacent (they are prefilled once: decoder.prefill)
+        order = sorted(range(len(contexts)), key=lambda i: (-len(contexts[i]), contexts[i]))
         out: list[Completion | None] = [None] * len(contexts)
-        for s in range(0, len(order), self.sample_batch):
-            idx = order[s:s + self.sample_batch]
-            for i, comp in zip(idx, self._sample_chunk([contexts[i] for i in idx], params, [seeds[i] for i in idx])):
-                out[i] = comp
+        budget = [min(params.max_new_tokens, self.max_context - len(c)) for c in contexts]
+        for idx in self._sample_chunks(order, contexts, budget):
+            res = self._decode([contexts[i] for i in idx], params, [seeds[i] for i in idx], [budget[i] for i in idx])
+            for i, r in zip(idx, res):
+                out[i] = Completion(ids=r["ids"], logprobs=r["logprobs"], stop_reason=r["stop_reason"],
+                                    weight_version=self.weight_version, entropy=r["entropy"])
+        self.sampled_tokens += sum(len(c.ids) for c in out)  # type: ignore[union-attr]
         return out  # type: ignore[return-value]
 
-    def _sample_chunk(self, contexts: list[list[int]], p: SamplingParams, seeds: list[int]) -> list[Completion]:
-        model = self.rollout_model
-        B, Lmax = len(contexts), max(len(c) for c in contexts)
-        ids = torch.full((B, Lmax), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, Lmax), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, Lmax - len(c):] = torch.tensor(c)
-            attn[i, Lmax - len(c):] = 1
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        budget = [min(p.max_new_tokens, self.max_context - len(c)) for c in contexts]
-        toks: list[list[int]] = [[] for _ in range(B)]
-        lps: list[list[float]] = [[] for _ in range(B)]
-        ents: list[list[float]] = [[] for _ in range(B)]
-        reasons = ["length"] * B
-        stop_ids = set(self.eos_ids)
-        log_v = float(np.log(model.config.vocab_size))
+    def _sample_chunks(self, order: list[int], contexts: list[list[int]], budget: list[int]) -> list[list[int]]:
+        """Split `order` into chunks whose KV cache (rows x (longest context + budget)) fits
+        `sample_cache_mb` and that hold at most `sample_batch` rows."""
+        per_tok = self._kv_bytes_per_token()
+        chunks, cur, cap = [], [], 0
+        for i in order:
+            need = len(contexts[i]) + budget[i]
+            new_cap = max(cap, need)
+            if cur and (len(cur) >= self.sample_batch or (len(cur) + 1) * new_cap * per_tok > self.sample_cache_mb * 2**20):
+                chunks.append(cur)
+                cur, new_cap = [], need
+            cur.append(i)
+            cap = new_cap
+        if cur:
+            chunks.append(cur)
+        return chunks
 
-        with self._autocast():
-            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True, logits_to_keep=1)
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
-        active = list(range(B))          # chunk rows still generating, in cache-row order
-        cur_pos = pos[:, -1].clone()
-        while active:
-            logits = logits.float()
-            greedy = p.temperature <= 0
-            logp = torch.log_softmax(logits if greedy else logits / p.temperature, dim=-1)
-            nxt, keep = [], []
-            for j, r in enumerate(active):
-                if p.entropy_tokens and len(toks[r]) < p.entropy_tokens:
-                    ents[r].append(float(-(logp[j].exp() * logp[j]).sum()) / log_v)
-                t = int(logp[j].argmax()) if greedy else _sample_row(logp[j], p.top_p, gens[r])
-                toks[r].append(t)
-                lps[r].append(float(logp[j, t]))
-                if t in stop_ids:
-                    reasons[r] = "eos"
-                elif p.stop_at_tool_call and t == self.tool_close_id:
-                    reasons[r] = "tool_call"
-                elif len(toks[r]) < budget[r]:
-                    keep.append(j)
-                    nxt.append(t)
-            if not keep:
-                break
-            if len(keep) < len(active):
-                sel = torch.tensor(keep)
-                cache.batch_select_indices(sel)
-                attn, cur_pos = attn[sel], cur_pos[sel]
-                active = [active[j] for j in keep]
-            attn = torch.cat([attn, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-            cur_pos = cur_pos + 1
-            with self._autocast():
-                out = model(input_ids=torch.tensor(nxt)[:, None], attention_mask=attn,
-                            position_ids=cur_pos[:, None], past_key_values=cache, use_cache=True)
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
-        return [Completion(ids=toks[i], logprobs=lps[i], stop_reason=reasons[i], weight_version=self.weight_version,
-                           entropy=(float(np.mean(ents[i])) if ents[i] else None)) for i in range(B)]
+    def _kv_bytes_per_token(self) -> int:
+        c = self.rollout_model.config
+        heads = int(c.num_attention_heads)
+        kv = int(getattr(c, "num_key_value_heads", None) or heads)
+        hd = int(getattr(c, "head_dim", None) or c.hidden_size // heads)
+        return 2 * int(c.num_hidden_layers) * kv * hd * self.rollout_model.dtype.itemsize
+
+    def _decode(self, contexts: list[list[int]], p: SamplingParams, seeds: list[int], budget: list[int]) -> list[dict]:
+        self.prefilled_tokens += sum(len(c) for c in {tuple(c) for c in contexts})
+        kw = dict(max_new=budget, seeds=seeds, temperature=p.temperature, top_p=p.top_p,
+                  stop_ids=set(self.eos_ids), tool_close_id=self.tool_close_id if p.stop_at_tool_call else None,
+                  entropy_tokens=p.entropy_tokens, pad_id=self.pad_id)
+        stepper = D.KVStepper(self._decoder) if self._decoder is not None else D.HFStepper(self.rollout_model)
+        return D.decode(stepper, contexts, **kw)
 
     # ------------------------------------------------------------------ scoring
     def _micro_batches(self, lengths: list[int], max_tokens: int) -> list[list[int]]:
@@ -371,7 +346,12 @@ class LocalEngine:
     def sync(self) -> None:
         """Copy the training weights into the inference model (the weight-sync of verl/vLLM)."""
         self.rollout_model.load_state_dict(self.model.state_dict())
+        self._refresh_decoder()
         self.weight_version += 1
+
+    def _refresh_decoder(self) -> None:
+        if self._decoder is not None:
+            self._decoder.refresh()  # its fused projections are copies of the inference weights
 
     # ------------------------------------------------------------------ persistence
     def state(self) -> dict[str, Any]:
@@ -400,6 +380,7 @@ class LocalEngine:
         st = torch.load(f, weights_only=False)
         self.model.load_state_dict(st["model"])
         self.rollout_model.load_state_dict(st["rollout_model"])
+        self._refresh_decoder()
         self.optimizer.load_state_dict(st["optimizer"])
         self.weight_version, self.train_version = st["weight_version"], st["train_version"]
         torch.set_rng_state(st["rng"]["torch"])

@@ -1,0 +1,381 @@
+"""The sampler behind LocalEngine.sample: batched decoding with a preallocated KV cache.
+
+Why not `model.generate` or the model's own forward with a DynamicCache: on a CPU, for the small
+models of the embedded default, a decode step is a few hundred microseconds of arithmetic and
+milliseconds of Python around it (cache concatenation, mask construction, one sampling call per row).
+This module does the arithmetic of a Llama-family decoder (Qwen3, Qwen2, Llama / SmolLM2) directly on
+the Hugging Face model's own weights, with everything else vectorised over the batch:
+
+* KV cache: one preallocated tensor per layer, (rows, kv_heads, capacity, head_dim), each row's
+  tokens left-aligned at positions [0, len_i). A decode step writes one column per row in place;
+  nothing is concatenated. Rows that finish stay in the cache (masked) until fewer than half the rows
+  are live, then the live rows are compacted once (amortised: each row is copied O(1) times).
+* Prefix sharing: identical contexts in one call (the G siblings forked from one c_k, the chains or
+  eval samples of one prompt) are prefilled once and their cache rows forked (`KVCache.fork`).
+* Sampling: one uniform per (request, token index) from a counter-based stream
+  (`counter_uniforms`: SplitMix64 of seed and index), then the inverse CDF of the row's
+  temperature-scaled distribution, all rows at once. A request's sample depends on its seed and its
+  own logits only, not on which other requests share the batch or in which order they arrived.
+  The recorded logprob of a token is log_softmax(logits / T)[token] of the very distribution it was
+  drawn from, so `LocalEngine.logprobs` on the same context and weights reproduces it (fp32: ~1e-6).
+
+The math mirrors transformers' modeling_llama / modeling_qwen3 line by line (RMSNorm in fp32,
+q_norm / k_norm before rotary for Qwen3, rotary tables from the model's own rotary module, GQA,
+SiLU-gated MLP, tied or untied head); tests/test_engine.py checks it against the model's forward.
+Models outside that family (no `self_attn.q_proj` layout, sliding windows, logit soft-capping) are
+refused by `supports(model)`, and LocalEngine falls back to the model's forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MASK64 = (1 << 64) - 1
+
+
+def counter_uniforms(seeds: np.ndarray, index: int | np.ndarray) -> np.ndarray:
+    """Uniforms in [0, 1), one per (seed, index): SplitMix64 of seed * golden + index, 53 bits.
+
+    seeds: (B,) uint64. A pure function of its arguments: the t-th token of a request always sees
+    the same uniform, whatever else is in the batch.
+    """
+    with np.errstate(over="ignore"):
+        x = seeds.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.asarray(index, dtype=np.uint64)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def sample_from_logp(logp: torch.Tensor, u: torch.Tensor, top_p: float = 1.0) -> torch.Tensor:
+    """Inverse-CDF draw of one token per row. logp: (B, V) log-probabilities; u: (B,) float64 in [0, 1).
+
+    top_p < 1: nucleus sampling over the smallest set of most likely tokens whose mass reaches top_p
+    (the mass is renormalised; the recorded logprob stays that of the unfiltered distribution, as
+    the old per-row sampler and vLLM's logprobs do).
+    """
+    probs = logp.double().exp()
+    if top_p < 1.0:
+        sp, si = probs.sort(dim=-1, descending=True)
+        keep = (sp.cumsum(-1) - sp) < top_p
+        sp = sp * keep
+        cdf = sp.cumsum(-1)
+        j = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).clamp(max=sp.shape[-1] - 1)
+        return si.gather(-1, j).squeeze(-1)
+    cdf = probs.cumsum(-1)
+    j = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
+    # guard against rounding at the top end and zero-probability tokens at a boundary
+    j = j.clamp(max=probs.shape[-1] - 1)
+    zero = probs.gather(-1, j.unsqueeze(-1)).squeeze(-1) <= 0
+    if bool(zero.any()):
+        j = torch.where(zero, probs.argmax(-1), j)
+    return j
+
+
+def supports(model: torch.nn.Module) -> str | None:
+    """None if `Decoder` can run this model; otherwise the reason it cannot."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in ("qwen3", "qwen2", "llama"):
+        return f"model_type {getattr(cfg, 'model_type', None)!r} (supported: qwen3, qwen2, llama)"
+    if getattr(cfg, "use_sliding_window", False):
+        return "sliding-window attention"
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if getattr(cfg, key, None) not in (None, 0, 1.0):
+            return f"config.{key}"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "no model.layers / model.rotary_emb"
+    return None
+
+
+@dataclass
+class _Layer:
+    qkv_w: torch.Tensor            # (q + 2 kv, H) fused projection
+    qkv_b: torch.Tensor | None
+    o_w: torch.Tensor
+    o_b: torch.Tensor | None
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    q_norm: torch.Tensor | None    # Qwen3: RMSNorm over head_dim
+    k_norm: torch.Tensor | None
+    gate_up_w: torch.Tensor        # (2 I, H) fused
+    down_w: torch.Tensor
+
+
+class KVCache:
+    """Per-layer K and V of shape (rows, kv_heads, capacity, head_dim); `lens[i]` tokens in row i."""
+
+    def __init__(self, n_layers: int, rows: int, kv_heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        shape = (rows, kv_heads, capacity, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lens = torch.zeros(rows, dtype=torch.long, device=device)
+
+    @property
+    def rows(self) -> int:
+        return int(self.lens.shape[0])
+
+    def select(self, idx: torch.Tensor) -> None:
+        """Keep (or repeat) rows `idx`, in that order: forks identical prefixes, compacts live rows."""
+        self.k = [k.index_select(0, idx) for k in self.k]
+        self.v = [v.index_select(0, idx) for v in self.v]
+        self.lens = self.lens.index_select(0, idx)
+
+
+class Decoder:
+    """Incremental forward of a Llama-family causal LM on its own weights (see the module docstring).
+
+    Built from a model once; `refresh()` re-reads the weights (after a sync changed them).
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        why = supports(model)
+        if why is not None:
+            raise ValueError(f"rtpo.engine.decoder cannot run this model: {why}")
+        self.model = model
+        cfg = model.config
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
+        self.eps = float(cfg.rms_norm_eps)
+        self.scale = self.head_dim ** -0.5
+        self.act = model.model.layers[0].mlp.act_fn
+        self.refresh()
+
+    def refresh(self) -> None:
+        m = self.model.model
+        self.embed = m.embed_tokens.weight
+        self.norm = m.norm.weight
+        head = self.model.get_output_embeddings()
+        self.head_w, self.head_b = head.weight, getattr(head, "bias", None)
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.layers = []
+        for lyr in m.layers:
+            a, mlp = lyr.self_attn, lyr.mlp
+            bias = [p.bias for p in (a.q_proj, a.k_proj, a.v_proj)]
+            self.layers.append(_Layer(
+                qkv_w=torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight], 0).detach(),
+                qkv_b=torch.cat(bias, 0).detach() if bias[0] is not None else None,
+                o_w=a.o_proj.weight, o_b=a.o_proj.bias,
+                ln1=lyr.input_layernorm.weight, ln2=lyr.post_attention_layernorm.weight,
+                q_norm=a.q_norm.weight if hasattr(a, "q_norm") else None,
+                k_norm=a.k_norm.weight if hasattr(a, "k_norm") else None,
+                gate_up_w=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).detach(),
+                down_w=mlp.down_proj.weight,
+            ))
+        self.inter = self.layers[0].gate_up_w.shape[0] // 2
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    # ---------------------------------------------------------------- pieces
+    def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return w * x.to(dt)
+
+    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of positions [0, n) from the model's rotary module (its scaling included)."""
+        if self._rope is None or self._rope[0].shape[0] < n:
+            size = max(n, 256 if self._rope is None else 2 * self._rope[0].shape[0])
+            pos = torch.arange(size, device=self.device)[None, :]
+            dummy = torch.zeros(1, dtype=self.dtype, device=self.device)
+            cos, sin = self.model.model.rotary_emb(dummy, pos)
+            self._rope = (cos[0], sin[0])
+        return self._rope
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    # ---------------------------------------------------------------- forward
+    @torch.no_grad()
+    def forward(self, cache: KVCache, tokens: torch.Tensor, n_new: torch.Tensor) -> torch.Tensor:
+        """Append `tokens` (rows, M; row i's first n_new[i] are real, the rest padding) to every row of
+        `cache` and return the logits at each row's last real new token: (rows, V), fp32.
+
+        Row i's new tokens take positions lens[i] .. lens[i] + n_new[i] - 1 (positions = cache slots)."""
+        B, M = tokens.shape
+        start = cache.lens
+        total = start + n_new
+        L = int(total.max())
+        cos_t, sin_t = self._rope_table(L)
+        q_pos = start[:, None] + torch.arange(M, device=self.device)[None, :]        # (B, M)
+        q_pos_c = q_pos.clamp(max=L - 1)
+        cos, sin = cos_t[q_pos_c][:, None], sin_t[q_pos_c][:, None]                   # (B, 1, M, D)
+        keys = torch.arange(L, device=self.device)
+        if M == 1:
+            mask = (keys[None, :] < total[:, None])[:, None, None, :]                 # (B, 1, 1, L)
+            write_b, write_p = torch.arange(B, device=self.device), start
+            write_q = torch.zeros(B, dtype=torch.long, device=self.device)
+        else:
+            valid = torch.arange(M, device=self.device)[None, :] < n_new[:, None]     # (B, M)
+            mask = keys[None, None, :] <= q_pos[:, :, None]                           # causal
+            mask = (mask & valid[:, :, None]) | (~valid[:, :, None] & (keys[None, None, :] == 0))
+            mask = mask[:, None]                                                      # (B, 1, M, L)
+            write_b, write_q = valid.nonzero(as_tuple=True)
+            write_p = q_pos[write_b, write_q]
+        x = self.embed[tokens]                                                        # (B, M, H)
+        nq, nk, D = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
+        for li, ly in enumerate(self.layers):
+            h = self._rms(x, ly.ln1)
+            qkv = F.linear(h, ly.qkv_w, ly.qkv_b)
+            q = qkv[..., :nq].view(B, M, self.n_heads, D)
+            k = qkv[..., nq:nq + nk].view(B, M, self.n_kv, D)
+            v = qkv[..., nq + nk:].view(B, M, self.n_kv, D)
+            if ly.q_norm is not None:
+                q, k = self._rms(q, ly.q_norm), self._rms(k, ly.k_norm)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)         # (B, h, M, D)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            K, V = cache.k[li], cache.v[li]
+            K[write_b, :, write_p] = k[write_b, :, write_q]
+            V[write_b, :, write_p] = v[write_b, :, write_q]
+            att = F.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], attn_mask=mask,
+                                                 scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
+            att = att.transpose(1, 2).reshape(B, M, nq)
+            x = x + F.linear(att, ly.o_w, ly.o_b)
+            h = self._rms(x, ly.ln2)
+            gu = F.linear(h, ly.gate_up_w)
+            x = x + F.linear(self.act(gu[..., :self.inter]) * gu[..., self.inter:], ly.down_w)
+        cache.lens = total
+        last = x[torch.arange(B, device=self.device), (n_new - 1).clamp(min=0)]      # (B, H)
+        return F.linear(self._rms(last, self.norm), self.head_w, self.head_b).float()
+
+    def new_cache(self, rows: int, capacity: int) -> KVCache:
+        return KVCache(len(self.layers), rows, self.n_kv, capacity, self.head_dim, self.dtype, self.device)
+
+
+class KVStepper:
+    """Decoding through `Decoder` + `KVCache`: identical contexts prefilled once, then forked."""
+
+    def __init__(self, dec: Decoder) -> None:
+        self.dec, self.device = dec, dec.device
+
+    def prefill(self, contexts: list[list[int]], capacity: int, pad_id: int) -> torch.Tensor:
+        uniq: dict[tuple[int, ...], int] = {}
+        owner = [uniq.setdefault(tuple(c), len(uniq)) for c in contexts]
+        distinct = list(uniq)
+        M = max(len(c) for c in distinct)
+        toks = torch.full((len(distinct), M), pad_id, dtype=torch.long)
+        for i, c in enumerate(distinct):
+            toks[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        n_new = torch.tensor([len(c) for c in distinct], dtype=torch.long)
+        self.cache = self.dec.new_cache(len(distinct), capacity)
+        logits = self.dec.forward(self.cache, toks.to(self.device), n_new.to(self.device))
+        if len(distinct) < len(contexts):   # fork the shared prefixes
+            idx = torch.tensor(owner, dtype=torch.long, device=self.device)
+            self.cache.select(idx)
+            logits = logits.index_select(0, idx)
+        return logits
+
+    def select(self, idx: torch.Tensor) -> None:
+        self.cache.select(idx.to(self.device))
+
+    def step(self, tok: torch.Tensor) -> torch.Tensor:
+        n = torch.ones(tok.shape[0], dtype=torch.long, device=self.device)
+        return self.dec.forward(self.cache, tok[:, None].to(self.device), n)
+
+
+class HFStepper:
+    """Fallback for models `Decoder` does not support: the model's own forward, left padding and
+    its DynamicCache (slower: the cache is concatenated every step)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+
+    def prefill(self, contexts: list[list[int]], capacity: int, pad_id: int) -> torch.Tensor:
+        B, Lmax = len(contexts), max(len(c) for c in contexts)
+        ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
+        attn = torch.zeros((B, Lmax), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, Lmax - len(c):] = torch.tensor(c)
+            attn[i, Lmax - len(c):] = 1
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        self.attn, self.pos = attn.to(self.device), pos[:, -1].to(self.device)
+        out = self.model(input_ids=ids.to(self.device), attention_mask=self.attn, position_ids=pos.to(self.device),
+                         use_cache=True, logits_to_keep=1)
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+    def select(self, idx: torch.Tensor) -> None:
+        idx = idx.to(self.device)
+        self.cache.batch_select_indices(idx)
+        self.attn, self.pos = self.attn[idx], self.pos[idx]
+
+    def step(self, tok: torch.Tensor) -> torch.Tensor:
+        B = tok.shape[0]
+        self.attn = torch.cat([self.attn, torch.ones((B, 1), dtype=torch.long, device=self.device)], dim=1)
+        self.pos = self.pos + 1
+        out = self.model(input_ids=tok[:, None].to(self.device), attention_mask=self.attn,
+                         position_ids=self.pos[:, None], past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        return out.logits[:, -1, :].float()
+
+
+def decode(stepper: KVStepper | HFStepper, contexts: list[list[int]], *, max_new: list[int], seeds: list[int],
+           temperature: float, top_p: float, stop_ids: set[int], tool_close_id: int | None,
+           entropy_tokens: int, pad_id: int) -> list[dict[str, Any]]:
+    """Sample one completion per context, all rows in lockstep; returns dicts {ids, logprobs,
+    stop_reason ("eos" | "tool_call" | "length"), entropy (mean normalised entropy of the first
+    `entropy_tokens` tokens, or None)}."""
+    B = len(contexts)
+    T = max(max_new)
+    logits = stepper.prefill(contexts, max(len(c) for c in contexts) + T, pad_id)
+    seeds_np = np.array([s & MASK64 for s in seeds], dtype=np.uint64)
+    budget = torch.tensor(max_new, dtype=torch.long)
+    out_tok = torch.zeros((B, T), dtype=torch.long)
+    out_lp = torch.zeros((B, T), dtype=torch.float32)
+    n_out = torch.zeros(B, dtype=torch.long)
+    reason = ["length"] * B
+    ent_sum = torch.zeros(B, dtype=torch.float64)
+    ent_n = torch.zeros(B, dtype=torch.long)
+    stop_t = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    log_v = float(np.log(logits.shape[-1]))
+    greedy = temperature <= 0
+
+    rows = torch.arange(B)                      # request of each cache row
+    live = torch.ones(B, dtype=torch.bool)      # cache rows still generating
+    for t in range(T):
+        logp = torch.log_softmax(logits if greedy else logits / temperature, dim=-1).cpu()   # (R, V)
+        if greedy:
+            tok = logp.argmax(-1)
+        else:
+            tok = sample_from_logp(logp, torch.from_numpy(counter_uniforms(seeds_np[rows.numpy()], t)), top_p)
+        r_live = rows[live]
+        out_tok[r_live, t] = tok[live]
+        out_lp[r_live, t] = logp.gather(-1, tok[:, None]).squeeze(-1)[live]
+        n_out[r_live] = t + 1
+        if entropy_tokens and t < entropy_tokens:
+            ent = -(logp.exp() * logp).sum(-1).double() / log_v
+            ent_sum[r_live] += ent[live]
+            ent_n[r_live] += 1
+        is_eos = torch.isin(tok, stop_t) & live
+        for i in rows[is_eos].tolist():
+            reason[i] = "eos"
+        live = live & ~is_eos
+        if tool_close_id is not None:
+            is_tool = (tok == tool_close_id) & live
+            for i in rows[is_tool].tolist():
+                reason[i] = "tool_call"
+            live = live & ~is_tool
+        live = live & (budget[rows] > t + 1)
+        n_live = int(live.sum())
+        if n_live == 0:
+            break
+        if n_live <= live.shape[0] // 2:        # compact: copy the live rows, at most log2(B) times
+            keep = live.nonzero(as_tuple=True)[0]
+            stepper.select(keep)
+            rows, tok, live = rows[keep], tok[keep], live[keep]
+        logits = stepper.step(tok)
+    return [{"ids": out_tok[i, :int(n_out[i])].tolist(), "logprobs": out_lp[i, :int(n_out[i])].tolist(),
+             "stop_reason": reason[i], "entropy": float(ent_sum[i] / ent_n[i]) if int(ent_n[i]) else None}
+            for i in range(B)]
