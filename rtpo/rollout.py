@@ -122,13 +122,40 @@ def between_text(tokenizer: Any, messages: list[Message], content: str, observat
         before = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     after = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": content}] + observations,
                                           add_generation_prompt=True, tokenize=False)
-    if not after.startswith(before + content):
-        raise ValueError("the chat template does not render the history as a prefix; "
-                         "canonical full-history ids cannot be built by concatenation")
+    if not after.startswith(before + content):  # the template re-rendered the turn (Qwen3's think blocks)
+        return between_text_rerendered(tokenizer, messages, observations, ended_with_eos, eos_text), after
     between = after[len(before) + len(content):]
     if ended_with_eos and between.startswith(eos_text):
         between = between[len(eos_text):]
     return between, after
+
+
+# A plain assistant content that chat templates copy verbatim (no think block, no leading or trailing newline).
+_BETWEEN_SENTINEL = "rtpo-between-text-sentinel"
+
+
+def between_text_rerendered(tokenizer: Any, messages: list[Message], observations: list[Message],
+                            ended_with_eos: bool, eos_text: str) -> str:
+    """The between text for templates that re-render an assistant turn's content, so that the rendered
+    history is no longer a prefix of the next one. Qwen3's official template (tests/test_qwen3_template.py)
+    rewrites a turn's think block as "<think>\\n" + reasoning.strip("\\n") + "\\n</think>\\n\\n" +
+    answer.lstrip("\\n"), drops an empty think block from every turn but the last and drops text before
+    <think>; a sampled "<think>r</think><tool_call>..." then renders differently from what was sampled.
+
+    The canonical ids stay a concatenation of what was sampled (verl's agent loop keeps the sampled
+    tokens too, it never re-renders them): full_{k+1} = full_k + a_k + between_k, where between_k is what
+    the template writes after an assistant turn it leaves alone (turn close, tool results, generation
+    prompt), rendered here with a sentinel as the turn's content: everything after the sentinel."""
+    text = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": _BETWEEN_SENTINEL}]
+                                         + observations, add_generation_prompt=True, tokenize=False)
+    i = text.rfind(_BETWEEN_SENTINEL)
+    if i < 0:
+        raise ValueError("the chat template does not render an assistant turn's content; "
+                         "canonical full-history ids cannot be built by concatenation")
+    between = text[i + len(_BETWEEN_SENTINEL):]
+    if ended_with_eos and between.startswith(eos_text):
+        between = between[len(eos_text):]
+    return between
 
 
 class Roller:
