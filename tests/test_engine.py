@@ -216,3 +216,113 @@ def test_resume_after_sigkill_is_bit_identical(tmp_path):
     a, b = torch.load(tmp_path / "a.pt"), torch.load(tmp_path / "b.pt")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------- the fast sampler and shared-prompt scoring
+def test_decoder_logits_equal_the_models_forward():
+    """rtpo.engine.decoder's prefill + decode steps give the model's own logits (one sequence at a
+    time, no padding) for ragged batches: the arithmetic is transformers' Qwen3, not an approximation."""
+    from rtpo.engine import decoder as D
+
+    e = tiny.engine(seed=3)
+    ctx = contexts(e.tokenizer)
+    dec = D.Decoder(e.rollout_model)
+    step = D.KVStepper(dec)
+    logits = step.prefill(ctx, capacity=max(map(len, ctx)) + 4, pad_id=e.pad_id)
+    nxt = torch.tensor([5, 6, 7, 8])
+    logits2 = step.step(nxt)
+    with torch.no_grad():
+        for i, c in enumerate(ctx):
+            full = e.rollout_model(input_ids=torch.tensor([c + [int(nxt[i])]])).logits[0]
+            assert torch.allclose(logits[i], full[-2], atol=1e-5)
+            assert torch.allclose(logits2[i], full[-1], atol=1e-5)
+
+
+def test_identical_contexts_prefilled_once_and_sample_independent_of_the_batch():
+    """G siblings of one context are prefilled once (counted), and a request's sample depends on its
+    seed and context only: alone, or among other requests in another order, it is the same."""
+    e = tiny.engine(seed=1)
+    ctx = contexts(e.tokenizer)
+    p = SamplingParams(max_new_tokens=20)
+    before = e.prefilled_tokens
+    batch = [ctx[0]] * 3 + [ctx[2], ctx[1]]
+    comps = e.sample(batch, p, seeds=[11, 12, 13, 14, 15])
+    assert e.prefilled_tokens - before == len(ctx[0]) + len(ctx[2]) + len(ctx[1])
+    alone = [e.sample([c], p, seeds=[s])[0] for c, s in zip(batch, [11, 12, 13, 14, 15])]
+    assert [c.ids for c in comps] == [c.ids for c in alone]
+    shuffled = e.sample(batch[::-1], p, seeds=[15, 14, 13, 12, 11])[::-1]
+    assert [c.ids for c in comps] == [c.ids for c in shuffled]
+    assert len({tuple(c.ids) for c in comps[:3]}) > 1  # siblings of one context differ
+
+
+def test_hf_fallback_sampler_and_top_p():
+    """A model the decoder does not run (forced here) samples through the model's own forward with
+    the same per-request streams: same tokens as the decoder; top_p < 1 keeps only nucleus tokens."""
+    e = tiny.engine(seed=2)
+    ctx = contexts(e.tokenizer)
+    p = SamplingParams(max_new_tokens=12, temperature=0.9)
+    fast = e.sample(ctx, p, seeds=[1, 2, 3, 4])
+    dec, e._decoder = e._decoder, None
+    slow = e.sample(ctx, p, seeds=[1, 2, 3, 4])
+    e._decoder = dec
+    assert [c.ids for c in fast] == [c.ids for c in slow]
+    assert max(abs(a - b) for x, y in zip(fast, slow) for a, b in zip(x.logprobs, y.logprobs)) < 1e-5
+    # nucleus: with top_p tiny, every token is the argmax of its distribution
+    nuc = e.sample(ctx, SamplingParams(max_new_tokens=8, top_p=1e-6), seeds=[7, 8, 9, 10])
+    greedy = e.sample(ctx, SamplingParams(max_new_tokens=8, temperature=0.0))
+    assert [c.ids for c in nuc] == [c.ids for c in greedy]
+
+
+def test_counter_uniforms_are_a_pure_function_of_seed_and_index():
+    import numpy as np
+
+    from rtpo.engine.decoder import counter_uniforms
+
+    seeds = np.array([0, 1, 2**62, 12345], dtype=np.uint64)
+    a = counter_uniforms(seeds, 3)
+    assert np.array_equal(a, counter_uniforms(seeds, 3))
+    assert np.array_equal(a[2:], counter_uniforms(seeds[2:], 3))
+    assert not np.array_equal(a, counter_uniforms(seeds, 4))
+    big = counter_uniforms(np.arange(20000, dtype=np.uint64), 0)
+    assert 0.0 <= big.min() and big.max() < 1.0 and abs(big.mean() - 0.5) < 0.01
+
+
+def test_shared_prompt_scoring_equals_per_row_scoring_values_and_gradients():
+    """Rows that share a prompt (RTPO's siblings) score it once; logprobs and every parameter
+    gradient equal those of scoring each row as its own sequence through the model's forward."""
+    e = tiny.engine(seed=4)
+    ctx = contexts(e.tokenizer)
+    g = torch.Generator().manual_seed(1)
+    prompts = [ctx[0], ctx[0], ctx[2], ctx[0], ctx[1], ctx[2]]
+    resp = [torch.randint(5, len(e.tokenizer), (n,), generator=g).tolist() for n in (4, 9, 2, 1, 7, 5)]
+
+    def grads(share: float):
+        e.share_min_saving = share
+        e.model.zero_grad(set_to_none=True)
+        logp, mask, _ = e._forward_logprobs(e.model, prompts, resp, 0.8)
+        (logp * mask * torch.linspace(0.5, 1.5, logp.shape[1])).sum().backward()
+        return logp.detach() * mask, {n: p.grad.clone() for n, p in e.model.named_parameters() if p.grad is not None}
+
+    lp_shared, g_shared = grads(0.0)     # always share
+    lp_plain, g_plain = grads(2.0)       # never share
+    assert torch.allclose(lp_shared, lp_plain, atol=1e-5)
+    assert g_shared.keys() == g_plain.keys()
+    for n in g_plain:
+        assert torch.allclose(g_shared[n], g_plain[n], atol=1e-5, rtol=1e-4), n
+
+
+def test_update_reports_the_same_consistency_as_a_separate_pre_update_pass():
+    """The pre-update ratio / KL come from the first pass's forward (no second scoring pass): the
+    same numbers a separate logprobs() call before the update gives."""
+    e = tiny.engine(seed=6)
+    ctx = contexts(e.tokenizer)
+    comps = e.sample(ctx + ctx, SamplingParams(max_new_tokens=10), seeds=list(range(8)))
+    rows = [Row(c, x.ids, [lp - 0.05 for lp in x.logprobs], [1.0] * len(x.ids), [1] * len(x.ids))
+            for c, x in zip(ctx + ctx, comps)]
+    pre = e.logprobs([r.prompt_ids for r in rows], [r.response_ids for r in rows])
+    num = sum(float(torch.exp(torch.tensor(lp) - torch.tensor(r.old_logprobs)).sum()) for r, lp in zip(rows, pre))
+    den = sum(len(r.response_ids) for r in rows)
+    for mb in (1, 3):
+        e2 = tiny.engine(seed=6)
+        st = e2.update(rows, UpdateConfig(lr=1e-3, mini_batches=mb))
+        assert abs(st.ratio_mean - num / den) < 1e-5, (mb, st.ratio_mean, num / den)

@@ -24,6 +24,7 @@ import torch
 
 from rtpo import loss as L
 from rtpo.engine import decoder as D
+from rtpo.engine import shared_prefix as SP
 from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
 
 
@@ -95,6 +96,7 @@ class LocalEngine:
         self.autocast_bf16 = autocast_bf16
         self.sample_batch = sample_batch          # rows decoded together at most
         self.sample_cache_mb = sample_cache_mb    # and their KV cache at most this size
+        self.share_min_saving = 0.15              # score shared prompts once when that saves >= 15 % of tokens
         self.pad_id = int(tokenizer.pad_token_id)
         self.eos_ids, self.tool_close_id = stop_ids(tokenizer)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, weight_decay=0.01)
@@ -186,43 +188,65 @@ class LocalEngine:
         return D.decode(stepper, contexts, **kw)
 
     # ------------------------------------------------------------------ scoring
-    def _micro_batches(self, lengths: list[int], max_tokens: int) -> list[list[int]]:
-        """Group row indices (sorted by length) so that rows x longest <= max_tokens."""
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        batches, cur, longest = [], [], 0
-        for i in order:
-            longest_new = max(longest, lengths[i])
-            if cur and longest_new * (len(cur) + 1) > max_tokens:
+    def _micro_batches(self, prompts: list[list[int]], responses: list[list[int]], max_tokens: int) -> list[list[int]]:
+        """Group row indices so that each micro-batch's padded tokens stay within max_tokens.
+
+        Rows of one prompt stay together (their prompt is scored once: shared_prefix), groups in
+        order of prompt length; cost = distinct prompts x longest prompt + rows x longest response.
+        Without shared prompts this is rows sorted by length, cost = rows x longest row."""
+        distinct, owner = SP.group_by_prompt(prompts)
+        if len(distinct) == len(prompts):
+            lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+            order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+            units = [([i], lengths[i], 0) for i in order]
+        else:
+            members: list[list[int]] = [[] for _ in distinct]
+            for i, g in enumerate(owner):
+                members[g].append(i)
+            order_g = sorted(range(len(distinct)), key=lambda g: len(distinct[g]))
+            units = [(members[g], len(distinct[g]), max(len(responses[i]) for i in members[g])) for g in order_g]
+        batches, cur, n_groups, n_rows, longest_p, longest_r = [], [], 0, 0, 0, 0
+        for rows_u, plen, rlen in units:
+            lp, lr = max(longest_p, plen), max(longest_r, rlen)
+            if cur and (n_groups + 1) * lp + (n_rows + len(rows_u)) * lr > max_tokens:
                 batches.append(cur)
-                cur, longest_new = [], lengths[i]
-            cur.append(i)
-            longest = longest_new
+                cur, n_groups, n_rows, lp, lr = [], 0, 0, plen, rlen
+            cur.extend(rows_u)
+            n_groups, n_rows, longest_p, longest_r = n_groups + 1, n_rows + len(rows_u), lp, lr
         if cur:
             batches.append(cur)
         return batches
 
     def _forward_logprobs(self, model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
                           temperature: float, with_entropy: bool = False):
-        """Right-padded forward; returns (logp (B, T), mask (B, T), entropy (B, T)|None) over response tokens."""
+        """Returns (logp (B, T), mask (B, T), entropy (B, T)|None) over response tokens.
+
+        Rows that share a prompt (RTPO's siblings of one c_k, the chains of one prompt) run it once
+        (rtpo.engine.shared_prefix) when that saves at least `share_min_saving` of the tokens;
+        otherwise every row is one right-padded sequence through the model's own forward."""
         B = len(prompts)
-        lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
-        Lmax, Tmax = max(lens), max(len(r) for r in responses)
-        ids = torch.full((B, Lmax), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, Lmax), dtype=torch.long)
-        gather_pos = torch.zeros((B, Tmax), dtype=torch.long)
+        Tmax = max(len(r) for r in responses)
         tgt = torch.full((B, Tmax), self.pad_id, dtype=torch.long)
         mask = torch.zeros((B, Tmax))
-        for i, (p, r) in enumerate(zip(prompts, responses)):
-            ids[i, :lens[i]] = torch.tensor(p + r)
-            attn[i, :lens[i]] = 1
-            gather_pos[i, :len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
+        for i, r in enumerate(responses):
             tgt[i, :len(r)] = torch.tensor(r)
             mask[i, :len(r)] = 1.0
         decoder, head = decoder_and_head(model)
         with self._autocast():
-            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state          # (B, L, H)
-            hidden = hidden.gather(1, gather_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
-            logits = head(hidden).float()                                                    # (B, T, V)
+            if D.supports(model) is None and SP.saved_fraction(prompts, responses) >= self.share_min_saving:
+                hidden = SP.hidden_for_responses(model, prompts, responses, self.pad_id)       # (B, T, H)
+            else:
+                lens = [len(p) + len(r) for p, r in zip(prompts, responses)]
+                ids = torch.full((B, max(lens)), self.pad_id, dtype=torch.long)
+                gather_pos = torch.zeros((B, Tmax), dtype=torch.long)
+                for i, (p, r) in enumerate(zip(prompts, responses)):
+                    ids[i, :lens[i]] = torch.tensor(p + r)
+                    gather_pos[i, :len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
+                # Right padding under causal attention: a real position never sees a later (padding)
+                # key, so no padding mask is needed and SDPA takes its fused causal kernel.
+                hidden = decoder(input_ids=ids).last_hidden_state                              # (B, L, H)
+                hidden = hidden.gather(1, gather_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
+            logits = head(hidden).float()                                                      # (B, T, V)
         if temperature > 0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
@@ -241,8 +265,7 @@ class LocalEngine:
         was_training = model.training
         model.eval()
         out: list[list[float]] = [[] for _ in contexts]
-        lens = [len(c) + len(r) for c, r in zip(contexts, completions)]
-        for mb in self._micro_batches(lens, max_tokens):
+        for mb in self._micro_batches(contexts, completions, max_tokens):
             mb = [i for i in mb if completions[i]]
             if not mb:
                 continue
@@ -270,32 +293,43 @@ class LocalEngine:
             raise ValueError("kl_coef > 0 needs the engine built with reference=True")
         self._check_contexts([r.prompt_ids + r.response_ids[:-1] or r.prompt_ids for r in rows])
 
-        # The rollout-training consistency measured before any optimizer step (paper Fig. 3).
-        pre = self.logprobs([r.prompt_ids for r in rows], [r.response_ids for r in rows], temperature,
-                            max_tokens=cfg.micro_batch_tokens)
-        num = den = kl_num = 0.0
-        for r, lp in zip(rows, pre):
-            m = torch.tensor(r.mask, dtype=torch.float)
-            new, old = torch.tensor(lp), torch.tensor(r.old_logprobs)
-            num += float((torch.exp(new - old) * m).sum())
-            kl_num += float((L.kl_rollout_train(old, new) * m).sum())
-            den += float(m.sum())
+        # The rollout-training consistency before any optimizer step (paper Fig. 3): measured on the
+        # first pass's forward, which runs on the pre-update weights; rows of later mini-batches are
+        # scored separately first (the first mini-batch's step has moved the weights by then).
+        n_mb = max(1, min(cfg.mini_batches, len(rows)))
+        splits = [list(ix) for ix in np.array_split(np.arange(len(rows)), n_mb)]
+        stats = {"num": 0.0, "kl": 0.0, "den": 0.0}
+
+        def consistency(rs: list[Row], logps: list[list[float]]) -> None:
+            for r, lp in zip(rs, logps):
+                m = torch.tensor(r.mask, dtype=torch.float)
+                new, old = torch.tensor(lp), torch.tensor(r.old_logprobs)
+                stats["num"] += float((torch.exp(new - old) * m).sum())
+                stats["kl"] += float((L.kl_rollout_train(old, new) * m).sum())
+                stats["den"] += float(m.sum())
+
+        later = [rows[i] for ix in splits[1:] for i in ix]
+        if later:
+            consistency(later, self.logprobs([r.prompt_ids for r in later], [r.response_ids for r in later],
+                                             temperature, max_tokens=cfg.micro_batch_tokens))
 
         self.model.train()
-        n_mb = max(1, min(cfg.mini_batches, len(rows)))
         losses, clips, kls, norms = [], [], [], []
-        for _ in range(cfg.epochs):
-            for mb_rows in np.array_split(np.arange(len(rows)), n_mb):
-                mb_rows = [rows[i] for i in mb_rows]
+        for epoch in range(cfg.epochs):
+            for mi, ix in enumerate(splits):
+                mb_rows = [rows[i] for i in ix]
                 n_tok = float(sum(sum(r.mask) for r in mb_rows))
                 self.optimizer.zero_grad(set_to_none=True)
-                lens = [len(r.prompt_ids) + len(r.response_ids) for r in mb_rows]
                 tot_loss = tot_clip = tot_kl = 0.0
-                for micro in self._micro_batches(lens, cfg.micro_batch_tokens):
+                for micro in self._micro_batches([r.prompt_ids for r in mb_rows], [r.response_ids for r in mb_rows],
+                                                 cfg.micro_batch_tokens):
                     mr = [mb_rows[i] for i in micro]
                     logp, pad_mask, ent = self._forward_logprobs(
                         self.model, [r.prompt_ids for r in mr], [r.response_ids for r in mr], temperature,
                         with_entropy=cfg.entropy_coef > 0)
+                    if epoch == 0 and mi == 0:
+                        det = logp.detach()
+                        consistency(mr, [det[j, :len(r.response_ids)].tolist() for j, r in enumerate(mr)])
                     T = logp.shape[1]
                     pad = lambda xs, v=0.0: torch.tensor([x + [v] * (T - len(x)) for x in xs], dtype=torch.float)
                     mask = pad([list(map(float, r.mask)) for r in mr]) * pad_mask
@@ -320,6 +354,7 @@ class LocalEngine:
                     self.optimizer.step()
                 self.train_version += 1
                 losses.append(tot_loss); clips.append(tot_clip / n_tok); kls.append(tot_kl / n_tok); norms.append(float(gn))
+        num, kl_num, den = stats["num"], stats["kl"], stats["den"]
         return UpdateStats(loss=float(np.mean(losses)), ratio_mean=num / den, kl_rollout_train=kl_num / den,
                            clip_frac=float(np.mean(clips)), kl_ref=float(np.mean(kls)), grad_norm=float(np.mean(norms)),
                            trained_tokens=int(den))

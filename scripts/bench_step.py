@@ -1,0 +1,168 @@
+"""RL step wall-clock, old code against new, side by side (not a test; prints figures).
+
+    .venv/bin/python scripts/bench_step.py [--old f5ef859] [--methods rtpo grpo] [--tasks math]
+        [--prompts 16] [--steps 2] [--pairs 3] [--model results/models/base] [--config config/config.yaml]
+
+For every (task, method), runs `--pairs` pairs of processes, old then new (alternating, so drift
+and noise from the rest of the machine fall on both), each building the engine, Roller and method
+exactly as `rtpo train` does (rtpo.train) from the same model directory, config and seed, and
+timing `--steps` method steps of `--prompts` prompts. The old code is a git worktree of `--old`
+(made under /tmp and removed afterwards; `--old-tree DIR` uses an existing checkout instead).
+
+Per pair it records the step wall-clock (median over the steps after the first, which warms up),
+generated tokens (the step record's token counts), prefilled tokens (context tokens run through
+the model to start sampling: the old engine prefills every context, the new one each distinct
+context once) and tokens/s. Prints per cell the medians, the old/new ratio with its spread over the
+pairs, and, per task, RTPO / GRPO of the new code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs inside the tree under test (its rtpo on sys.path); prints one JSON line.
+DRIVER = r'''
+import json, random, sys, time
+import torch
+args = json.loads(sys.argv[1])
+torch.set_num_threads(args["threads"])
+from rtpo.config import load_config, method_settings
+from rtpo.engine.base import SamplingParams
+from rtpo.methods.registry import get_method
+from rtpo.rollout import Roller
+from rtpo.train import build_engine, env_factory, load_tasks, seed_everything, update_config
+
+cfg = load_config(args["config"], [f"train.prompts_per_step={args['prompts']}"])
+s = method_settings(cfg, args["method"], args["task"])
+tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
+seed_everything(args["seed"])
+tasks = load_tasks(args["train_file"])
+engine = build_engine(args["model"], cfg, args["seed"], reference=float(tr["kl_coef"]) > 0)
+ctx_tokens = [0]
+orig = engine.sample
+def counted(contexts, params, seeds=None):
+    ctx_tokens[0] += sum(len(c) for c in contexts)
+    return orig(contexts, params, seeds)
+engine.sample = counted
+params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
+roller = Roller(engine, env_factory(env_cfg), psi, params)
+algo = get_method(args["method"])(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
+out = []
+for step in range(args["steps"]):
+    batch = random.Random(f"{args['seed']}:{step}").sample(tasks, min(args["prompts"], len(tasks)))
+    c0, p0 = ctx_tokens[0], getattr(engine, "prefilled_tokens", None)
+    t0 = time.perf_counter()
+    rec = algo.step(batch, step)
+    wall = time.perf_counter() - t0
+    p1 = getattr(engine, "prefilled_tokens", None)
+    out.append({"wall": wall, "generated": sum(rec.get("tokens", {}).values()),
+                "prefilled": (p1 - p0) if p1 is not None else ctx_tokens[0] - c0,
+                "rollouts_per_prompt": rec.get("rollouts_per_prompt"), "time": rec.get("time", {})})
+print("RESULT " + json.dumps(out))
+'''
+
+
+def run_once(tree: Path, a: argparse.Namespace, method: str, task: str) -> list[dict]:
+    arg = {"config": str(ROOT / a.config), "model": str(ROOT / a.model), "method": method, "task": task,
+           "prompts": a.prompts, "steps": a.steps, "seed": a.seed, "threads": a.threads,
+           "train_file": str(ROOT / "results" / "data" / task / "train.jsonl")}
+    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false",
+               HF_HUB_OFFLINE="1")
+    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(arg)], cwd=tree, env=env,
+                       capture_output=True, text=True)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if p.returncode or line is None:
+        raise SystemExit(f"{tree} {method}/{task} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def summarise(steps: list[dict]) -> dict:
+    warm = steps[1:] if len(steps) > 1 else steps
+    wall = statistics.median(s["wall"] for s in warm)
+    gen = statistics.median(s["generated"] for s in warm)
+    pre = statistics.median(s["prefilled"] for s in warm)
+    return {"wall": wall, "generated": gen, "prefilled": pre, "tok_s": gen / wall,
+            "rpp": statistics.median((s["rollouts_per_prompt"] or 0) for s in warm)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--old", default="f5ef859", help="commit of the old code")
+    ap.add_argument("--old-tree", default=None, help="an existing checkout of the old code instead of a worktree")
+    ap.add_argument("--methods", nargs="+", default=["grpo", "tree_grpo", "arpo", "seeupo", "rtpo"])
+    ap.add_argument("--tasks", nargs="+", default=["math"])
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=2, help="steps per process (the first is a warm-up when > 1)")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--model", default="results/models/base")
+    ap.add_argument("--new-only", action="store_true", help="time the working tree only (no old code)")
+    a = ap.parse_args()
+    if not (ROOT / a.model / "config.json").exists():
+        raise SystemExit(f"{a.model}: no model; build it first: .venv/bin/snakemake --cores 2 results/models/base")
+
+    tmp = None
+    old_tree = None
+    if not a.new_only:
+        if a.old_tree:
+            old_tree = Path(a.old_tree)
+        else:
+            tmp = tempfile.mkdtemp(prefix="bench-old-")
+            old_tree = Path(tmp) / "tree"
+            subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), a.old], cwd=ROOT, check=True,
+                           capture_output=True)
+    try:
+        rows = {}
+        for task in a.tasks:
+            for m in a.methods:
+                pairs = []
+                for r in range(a.pairs):
+                    old = summarise(run_once(old_tree, a, m, task)) if old_tree else None
+                    new = summarise(run_once(ROOT, a, m, task))
+                    pairs.append((old, new))
+                    tag = f"old {old['wall']:.2f}s / " if old else ""
+                    print(f"  {task}/{m} pair {r + 1}: {tag}new {new['wall']:.2f}s", flush=True)
+                rows[(task, m)] = pairs
+        print(f"\nstep wall-clock, {a.prompts} prompts per step, {a.threads} thread(s), median over steps 2..{a.steps} "
+              f"per process, {a.pairs} alternating pairs; old = {a.old_tree or a.old}")
+        hdr = f"{'task':8} {'method':10} {'old s':>7} {'new s':>7} {'speed-up (min-max)':>20} " \
+              f"{'gen old':>8} {'gen new':>8} {'prefill old':>11} {'prefill new':>11} {'tok/s old':>9} {'tok/s new':>9} {'rpp':>5}"
+        print(hdr)
+        for (task, m), pairs in rows.items():
+            new = [p[1] for p in pairs]
+            med = lambda xs, k: statistics.median(x[k] for x in xs)
+            if pairs[0][0] is not None:
+                old = [p[0] for p in pairs]
+                sp = [o["wall"] / n["wall"] for o, n in pairs]
+                print(f"{task:8} {m:10} {med(old, 'wall'):7.2f} {med(new, 'wall'):7.2f} "
+                      f"{statistics.median(sp):8.2f}x ({min(sp):.2f}-{max(sp):.2f}) "
+                      f"{med(old, 'generated'):8.0f} {med(new, 'generated'):8.0f} {med(old, 'prefilled'):11.0f} "
+                      f"{med(new, 'prefilled'):11.0f} {med(old, 'tok_s'):9.0f} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+            else:
+                print(f"{task:8} {m:10} {'-':>7} {med(new, 'wall'):7.2f} {'-':>20} {'-':>8} {med(new, 'generated'):8.0f} "
+                      f"{'-':>11} {med(new, 'prefilled'):11.0f} {'-':>9} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+        for task in a.tasks:
+            if (task, "rtpo") in rows and (task, "grpo") in rows:
+                rt = [p[1]["wall"] for p in rows[(task, "rtpo")]]
+                gr = [p[1]["wall"] for p in rows[(task, "grpo")]]
+                ratios = [x / y for x, y in zip(rt, gr)]
+                print(f"{task}: RTPO / GRPO step wall-clock (new code) = {statistics.median(rt) / statistics.median(gr):.2f} "
+                      f"(pairwise {min(ratios):.2f}-{max(ratios):.2f}; paper G.4: 1.41)")
+    finally:
+        if tmp:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT, capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
