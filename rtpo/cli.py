@@ -22,7 +22,7 @@ def cmd_data(args) -> int:
     if "benchmarks" in d[args.task]:  # paper scale: real benchmarks through the adapters
         from rtpo.data.paper import prepare
 
-        print(json.dumps(prepare(args.task, d[args.task], args.out)))
+        print(json.dumps(prepare(args.task, d[args.task], args.out, data=d)))
         return 0
     opts = {"seed": d["seed"], **d[args.task], "n_expert": cfg["sft"]["demos_per_task"],
             "imperfection": cfg["sft"]["imperfection"],

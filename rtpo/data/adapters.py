@@ -37,7 +37,7 @@ from typing import Any
 
 from rtpo.envs.base import Task
 
-__all__ = ["AdapterError", "BenchmarkSpec", "BENCHMARKS", "ALIASES", "TIERS", "load_benchmark",
+__all__ = ["AdapterError", "SkipRow", "BenchmarkSpec", "BENCHMARKS", "TRAINING_SETS", "ALIASES", "TIERS", "load_benchmark",
            "read_records"]
 
 # Our mapping of the benchmarks to the paper's easy / medium / hard tiers (Table 1 names tiers but
@@ -113,10 +113,15 @@ def read_records(path: str | Path, split: str = "test") -> list[tuple[dict[str, 
                     out.append((rec, lineno))
             return out
         if suffix == ".json":
+            text = p.read_text(encoding="utf-8")
             try:
-                data = json.loads(p.read_text(encoding="utf-8"))
+                data = json.loads(text)
             except json.JSONDecodeError as e:
-                raise AdapterError(p, f"malformed JSON ({e.msg} at line {e.lineno})") from None
+                # ARPO's evaluation/data/hle/top.json is JSON Lines under a .json name
+                rows = _json_lines(text)
+                if rows is None:
+                    raise AdapterError(p, f"malformed JSON ({e.msg} at line {e.lineno})") from None
+                return rows
             if isinstance(data, dict):
                 for key in (split, "data"):
                     if isinstance(data.get(key), list):
@@ -144,6 +149,22 @@ def read_records(path: str | Path, split: str = "test") -> list[tuple[dict[str, 
     except OSError as e:
         raise AdapterError(p, f"cannot read ({e.strerror or e})") from None
     raise AdapterError(p, f"unsupported file type {suffix!r} (use .jsonl, .json, .parquet or .csv)")
+
+
+def _json_lines(text: str) -> list[tuple[dict[str, Any], int | None]] | None:
+    """Rows of `text` read as JSON Lines, or None if some non-blank line is not a JSON object."""
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(rec, dict):
+            return None
+        out.append((rec, lineno))
+    return out or None
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,6 +242,15 @@ def _scalar_text(v: Any) -> str | None:
     return None
 
 
+class SkipRow(Exception):
+    """Raised by a parser for a row that cannot be a task (a training row without an answer).
+    `load_benchmark` records it in `skipped` when the caller passes a list, else raises the error."""
+
+    def __init__(self, error: AdapterError):
+        super().__init__(str(error))
+        self.error = error
+
+
 # --------------------------------------------------------------------------------------------
 # Per-benchmark parsers: _Row -> (raw id or None, question, answers, meta)
 # --------------------------------------------------------------------------------------------
@@ -251,7 +281,8 @@ def _strip_dollars(s: str) -> str:
 
 def _parse_math500(r: _Row) -> Parsed:
     meta = {k: r.rec[k] for k in ("subject", "level") if not _missing(r.rec.get(k))}
-    return (r.text(("unique_id",), required=False), r.text(("problem",)),
+    # HuggingFaceH4/MATH-500 names the problem "problem"; ARPO's evaluation/data/math500 "question"
+    return (r.text(("unique_id",), required=False), r.text(("problem", "question")),
             [_strip_dollars(r.text(("answer",)))], meta)
 
 
@@ -300,10 +331,12 @@ def _simple_qa(id_cols: tuple[str, ...], question_cols: tuple[str, ...],
 
 
 def _parse_gaia(r: _Row) -> Parsed:
-    ans = r.text(("Final answer",))
+    # the GAIA release: "Final answer"; ARPO's evaluation/data/gaia (103 text-only rows): "answer"
+    name, _ = r.column(("Final answer", "answer"))
+    ans = r.text((name,))
     if ans == "?":
-        raise r.error("Final answer", "answer is '?' (GAIA hides test-split answers; "
-                                      "use the validation split)")
+        raise r.error(name, "answer is '?' (GAIA hides test-split answers; "
+                            "use the validation split)")
     meta: dict[str, Any] = {}
     if not _missing(r.rec.get("Level")):
         meta["level"] = r.rec["Level"]
@@ -344,16 +377,18 @@ def _xor_decrypt(value: str, key: str) -> str | None:
 
 
 def _parse_xbench(r: _Row) -> Parsed:
-    q, a = r.text(("prompt",)), r.text(("answer",))
     canary = r.text(("canary",), required=False)
-    if canary:
-        q2, a2 = _xor_decrypt(q, canary), _xor_decrypt(a, canary)
-        if (q2 is None) != (a2 is None):
-            bad = "prompt" if q2 is None else "answer"
-            raise r.error(bad, "only one of prompt/answer decrypts with the canary key")
-        if q2 is not None:
-            q, a = q2.strip(), a2.strip()
     meta = {k: r.rec[k] for k in ("type",) if not _missing(r.rec.get(k))}
+    if not canary:  # plaintext: ARPO's evaluation/data/xbench (question, answer = [str])
+        return (r.text(("id",), required=False), r.text(("prompt", "question")),
+                _dedup(r.text_list(("answer",))), meta)
+    q, a = r.text(("prompt",)), r.text(("answer",))
+    q2, a2 = _xor_decrypt(q, canary), _xor_decrypt(a, canary)
+    if (q2 is None) != (a2 is None):
+        bad = "prompt" if q2 is None else "answer"
+        raise r.error(bad, "only one of prompt/answer decrypts with the canary key")
+    if q2 is not None:
+        q, a = q2.strip(), a2.strip()
     return r.text(("id",), required=False), q, [a], meta
 
 
@@ -361,8 +396,33 @@ def _parse_hle(r: _Row) -> Parsed:
     image = r.rec.get("image")
     meta = {k: r.rec[k] for k in ("answer_type", "category", "raw_subject")
             if not _missing(r.rec.get(k))}
-    meta["multimodal"] = bool(image) and not _missing(image)
+    # cais/hle carries the image itself; ARPO's text-only hle/top.json a boolean "has_image"
+    meta["multimodal"] = (bool(image) and not _missing(image)) or r.rec.get("has_image") is True
     return r.text(("id",)), r.text(("question",)), [r.text(("answer",))], meta
+
+
+def _parse_arpo_rl(r: _Row) -> Parsed:
+    """ARPO's RL training rows (rl_datasets/train_10k.parquet, hard_search_1k.parquet): data_source,
+    prompt ([system, user] messages), ability ("math" | "qa"; null in hard_search_1k),
+    reward_model {"ground_truth", "style"}, extra_info {"index", "question", "split", ...}.
+    The question is extra_info.question (the user turn without ARPO's system prompt)."""
+    info, rm = r.rec.get("extra_info"), r.rec.get("reward_model")
+    if not isinstance(info, dict):
+        raise r.error("extra_info", f"expected an object with 'question', got {type(info).__name__}")
+    if not isinstance(rm, dict):
+        raise r.error("reward_model", f"expected an object with 'ground_truth', got {type(rm).__name__}")
+    q = info.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise r.error("extra_info.question", "missing or empty question")
+    gt = rm.get("ground_truth")
+    answers = [gt] if isinstance(gt, str) else gt if isinstance(gt, list) else None
+    answers = [a.strip() for a in answers or [] if isinstance(a, str) and a.strip()]
+    if not answers:  # e.g. train_10k row 5274, a construction problem with ground truth " "
+        raise SkipRow(r.error("reward_model.ground_truth", f"no answer string (got {gt!r:.60})"))
+    meta = {k: r.rec[k] for k in ("data_source", "ability") if isinstance(r.rec.get(k), str)}
+    if r.rec.get("ability") == "math":
+        answers = [_strip_dollars(answers[0])]
+    return None, q.strip(), _dedup(answers), meta
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,6 +444,7 @@ class BenchmarkSpec:
     hf_dataset: str
     columns: tuple[str, ...]
     parse: Callable[[_Row], Parsed]
+    keep: Callable[[dict[str, Any]], bool] | None = None  # rows to read (None: all)
 
 
 _QA_ANS = ("answer", "Answer", "golden_answers")  # golden_answers: FlashRAG format
@@ -451,6 +512,21 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
                   ("id", "question", "answer", "answer_type", "category", "image"), _parse_hle),
 )}
 
+# Training sets (paper scale; our reading of E.3: 5k math prompts, 1k knowledge prompts), read by
+# the same load_benchmark; never evaluation benchmarks.
+TRAINING_SETS: dict[str, BenchmarkSpec] = {spec.name: spec for spec in (
+    # dongguanting/ARPO-RL-Reasoning-10K = ARPO rl_datasets/train_10k.parquet: 5,000 "math" + 5,000 "qa" rows.
+    BenchmarkSpec("arpo-rl-math", "math", "medium", "dongguanting/ARPO-RL-Reasoning-10K (ability == 'math')",
+                  ("ability", "reward_model", "extra_info"), _parse_arpo_rl,
+                  keep=lambda rec: rec.get("ability") == "math"),
+    BenchmarkSpec("arpo-rl-qa", "search", "medium", "dongguanting/ARPO-RL-Reasoning-10K (ability == 'qa')",
+                  ("ability", "reward_model", "extra_info"), _parse_arpo_rl,
+                  keep=lambda rec: rec.get("ability") == "qa"),
+    # dongguanting/ARPO-RL-DeepSearch-1K = ARPO rl_datasets/hard_search_1k.parquet: 1,071 rows.
+    BenchmarkSpec("arpo-deepsearch", "search", "hard", "dongguanting/ARPO-RL-DeepSearch-1K",
+                  ("reward_model", "extra_info"), _parse_arpo_rl),
+)}
+
 ALIASES: dict[str, str] = {
     "math-500": "math500", "aime2024": "aime24", "aime_2024": "aime24", "aime2025": "aime25",
     "aime_2025": "aime25", "amc2023": "amc23", "oe-math": "olympiadbench", "oe_math": "olympiadbench",
@@ -463,15 +539,16 @@ ALIASES: dict[str, str] = {
 def _canonical(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
-    if key not in BENCHMARKS:
-        raise AdapterError("-", f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)} "
+    if key not in BENCHMARKS and key not in TRAINING_SETS:
+        raise AdapterError("-", f"unknown benchmark {name!r}; known: {', '.join([*BENCHMARKS, *TRAINING_SETS])} "
                                 f"(aliases: {', '.join(sorted(ALIASES))})")
     return key
 
 
 def load_benchmark(name: str, path: str | Path, split: str = "test", limit: int | None = None, *,
                    drop_multimodal: bool = False,
-                   extra_meta: Mapping[str, Any] | None = None) -> list[Task]:
+                   extra_meta: Mapping[str, Any] | None = None,
+                   skipped: list[str] | None = None) -> list[Task]:
     """Tasks from a local benchmark file (.jsonl / .json / .parquet / .csv) in file order.
 
     name:            a key of BENCHMARKS or an alias ("oe-math", "2wiki", "xbench", ...)
@@ -481,12 +558,14 @@ def load_benchmark(name: str, path: str | Path, split: str = "test", limit: int 
                      `file_name`), which a text-only agent cannot use
     extra_meta:      merged into every task's meta, e.g. {"corpus_path": ".../corpus.jsonl"} for the
                      search env
+    skipped:         if a list, rows a parser rejects as no task (SkipRow: a training row without
+                     an answer) are skipped and their errors appended; else such a row raises
 
     Raises AdapterError naming file, row and field for a missing column, an empty or mistyped
     value, a malformed row, a duplicate id; also for an unknown benchmark or unreadable file.
     """
     key = _canonical(name)
-    spec = BENCHMARKS[key]
+    spec = BENCHMARKS.get(key) or TRAINING_SETS[key]
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
     p = Path(path)
@@ -498,8 +577,16 @@ def load_benchmark(name: str, path: str | Path, split: str = "test", limit: int 
         if not isinstance(rec, dict):
             raise AdapterError(p, f"expected an object, got {type(rec).__name__}", row=index,
                                field="<row>", line=line)
+        if spec.keep is not None and not spec.keep(rec):
+            continue
         row = _Row(rec, p, index, line)
-        raw_id, question, answers, meta = spec.parse(row)
+        try:
+            raw_id, question, answers, meta = spec.parse(row)
+        except SkipRow as e:
+            if skipped is None:
+                raise e.error from None
+            skipped.append(str(e.error))
+            continue
         if drop_multimodal and meta.get("multimodal"):
             continue
         tid = f"{key}-{raw_id if raw_id is not None else index}"
