@@ -67,7 +67,8 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from rtpo.eval.evaluate import evaluate
 
-    res = evaluate(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out)
+    res = evaluate(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out,
+                   engine=args.engine, trajectories=args.trajectories)
     print(json.dumps(res["overall"]))
     return 0
 
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--task", required=True)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--eval-file", default=None, help="default: results/data/<task>/eval.jsonl")
+    sp.add_argument("--engine", default=None, choices=["local", "verl"],
+                    help="default: the config's engine (verl: rollout servers, vLLM on GPUs)")
+    sp.add_argument("--trajectories", default=None, help="also write every trajectory's sampled tokens (JSONL)")
     sp.add_argument("--out", required=True)
 
     sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs")

@@ -1,0 +1,223 @@
+"""`rtpo evaluate --engine verl`: evaluation sampled on verl's rollout servers in standalone mode.
+
+The model is verl 0.9.1's ``verl/trainer/main_generation_server.py``: replicas of
+``get_rollout_replica_class(rollout.name)`` started with ``init_standalone()`` (each on its own Ray
+resource pool of ``tensor_model_parallel_size`` GPUs, real weights: ``rollout.load_format=auto``;
+verl's own generation example says so, since no trainer pushes weights), one replica per
+``tensor_model_parallel_size`` GPUs. Here the replicas are built by verl's
+``LLMServerManager.create(config)`` (``verl/workers/rollout/llm_server.py``), which runs exactly that
+``init_standalone()`` path when it gets no worker group and adds verl's global load balancer (least
+in-flight requests across replicas); its ``LLMServerClient`` speaks the token-in/token-out
+``generate(request_id, *, prompt_ids, sampling_params)`` that `ServerEngine` sends. main_generation_server
+posts whole chat conversations to the servers' OpenAI endpoint; evaluation instead drives the servers
+with rtpo's multi-turn `Roller` through `ServerEngine`, so envs, tools, psi, boundary records and
+metrics are the local engine's code, and vLLM only replaces the sampler.
+
+What the config sets (the `verl:` section): ``rollout`` (vllm; the CPU harness: hf),
+``tensor_parallel_size``, ``eval_replicas`` (default 1: the job then needs tensor_parallel_size x
+eval_replicas GPUs, checked at start-up), ``dtype`` (default bfloat16), ``max_model_len`` (default:
+the model's ``max_position_embeddings``, as the local engine allows), ``enforce_eager``,
+``eval_gpu_memory_utilization`` (default 0.85: the servers own their GPUs), ``eval_overrides`` (raw
+Hydra overrides of verl's ppo_trainer config, appended last). Sampling: every request carries its
+own seed (the Roller's, derived from the eval seed, the trajectory and the turn), so a rerun
+reproduces what vLLM's per-request generator gives (bit for bit where vLLM's kernels are batch
+invariant, e.g. ``VLLM_BATCH_INVARIANT=1``; the CPU harness always).
+
+CPU harness (no GPU, or ``verl.device: cpu``): rollout "hf" (`hf_rollout.HFGenerateServer`, the
+local engine's sampler behind vLLM's server signature), one replica, the CPU platform and Ray's
+logical GPU; the same verl code path otherwise (docs/verl.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rtpo.verl_ext.launch import hydra_value, use_cpu_harness, verl_env
+
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.85  # standalone servers own their GPUs (training colocates: verl.gpu_memory_utilization)
+
+
+def _v(cfg: dict[str, Any]) -> dict[str, Any]:
+    return dict(cfg.get("verl") or {})
+
+
+def model_positions(model_dir: str | Path) -> int:
+    """max_position_embeddings of a Hugging Face model directory (config.json)."""
+    p = Path(model_dir) / "config.json"
+    if not p.exists():
+        raise FileNotFoundError(f"--model {model_dir} is not a Hugging Face model directory (no config.json)")
+    c = json.loads(p.read_text())
+    c = c.get("text_config", c)
+    n = c.get("max_position_embeddings")
+    if not n:
+        raise ValueError(f"{p}: no max_position_embeddings")
+    return int(n)
+
+
+def server_layout(cfg: dict[str, Any], cpu: bool) -> tuple[int, int]:
+    """(tensor_parallel_size, replicas) of the evaluation servers."""
+    if cpu:
+        return 1, 1  # the HF server has no tensor parallelism; one replica on the logical GPU
+    v = _v(cfg)
+    return int(v.get("tensor_parallel_size", 1)), int(v.get("eval_replicas", 1))
+
+
+def max_model_len(cfg: dict[str, Any], model_dir: str | Path) -> int:
+    """Prompt + response tokens a request may reach: verl.max_model_len, else the model's positions."""
+    pos = model_positions(model_dir)
+    want = _v(cfg).get("max_model_len")
+    if want is None:
+        return pos
+    if int(want) > pos:
+        raise ValueError(f"verl.max_model_len = {want} exceeds the model's max_position_embeddings = {pos} "
+                         f"({Path(model_dir) / 'config.json'})")
+    return int(want)
+
+
+def visible_gpus() -> int:
+    """GPUs this job can use: CUDA's device count (honours CUDA_VISIBLE_DEVICES, i.e. Slurm's --gpus)."""
+    try:
+        import torch
+
+        return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except ImportError:  # pragma: no cover
+        return 0
+
+
+def check_gpus(cfg: dict[str, Any], have: int | None = None) -> None:
+    """Refuse to start when the servers need more GPUs than the job has; the error names the keys."""
+    tp, rep = server_layout(cfg, cpu=False)
+    have = visible_gpus() if have is None else int(have)
+    where = os.environ.get("CUDA_VISIBLE_DEVICES")
+    seen = f"this job sees {have} GPU{'s' if have != 1 else ''}" + (f" (CUDA_VISIBLE_DEVICES={where})" if where else "")
+    if tp > have:
+        raise ValueError(f"verl.tensor_parallel_size = {tp} needs {tp} GPUs per evaluation server, but {seen}; "
+                         f"lower verl.tensor_parallel_size or request more GPUs for the job "
+                         f"(workflow/profiles/slurm/config.yaml: gpu of evaluate_run / ablation_evaluate)")
+    if tp * rep > have:
+        raise ValueError(f"verl.tensor_parallel_size = {tp} x verl.eval_replicas = {rep} needs {tp * rep} GPUs, but "
+                         f"{seen}; lower verl.eval_replicas or request {tp * rep} GPUs for the job")
+
+
+def eval_overrides(cfg: dict[str, Any], model_dir: str | Path, seed: int, cpu: bool, max_new_tokens: int) -> list[str]:
+    """Hydra overrides of verl's ppo_trainer config for the standalone evaluation servers. Pure."""
+    v = _v(cfg)
+    tp, rep = server_layout(cfg, cpu)
+    L = max_model_len(cfg, model_dir)
+    resp = min(int(max_new_tokens), L - 1)
+    r = "actor_rollout_ref.rollout"
+    o = [
+        f"actor_rollout_ref.model.path={Path(model_dir).resolve()}",
+        f"trainer.n_gpus_per_node={tp * rep}", "trainer.nnodes=1",
+        f"{r}.nnodes=1", f"{r}.n_gpus_per_node={tp * rep}",   # LLMServerManager: standalone needs rollout.nnodes > 0
+        f"{r}.tensor_model_parallel_size={tp}", f"{r}.data_parallel_size=1",
+        f"{r}.max_model_len={L}", f"{r}.prompt_length={L - resp}", f"{r}.response_length={resp}",
+        f"{r}.seed={int(seed)}", f"{r}.load_format=auto",     # standalone: real weights, no trainer to push them
+        f"{r}.calculate_log_probs=True", f"{r}.free_cache_engine=False",
+    ]
+    if cpu:
+        o += ["trainer.device=cpu", f"{r}.name=hf",
+              "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
+    else:
+        o += [f"{r}.name={v.get('rollout', 'vllm')}", f"{r}.dtype={v.get('dtype', 'bfloat16')}",
+              f"{r}.gpu_memory_utilization={float(v.get('eval_gpu_memory_utilization', DEFAULT_GPU_MEMORY_UTILIZATION))}",
+              f"{r}.enforce_eager={hydra_value(bool(v.get('enforce_eager', False)))}"]
+    o += [str(x) for x in v.get("eval_overrides", []) or []]
+    return o
+
+
+def compose(overrides: list[str]):
+    """verl's ppo_trainer config with the overrides (Hydra rejects unknown keys)."""
+    from hydra import compose as _compose
+    from hydra import initialize_config_dir
+
+    import verl.trainer.main_ppo as main_ppo
+
+    with initialize_config_dir(config_dir=str(Path(main_ppo.__file__).parent / "config"), version_base=None):
+        return _compose("ppo_trainer", overrides=overrides)
+
+
+class EvalServers:
+    """verl's rollout servers in standalone mode and a `ServerEngine` on them (a context manager).
+
+    `engine` is what the Roller samples from; `close()` shuts the servers down (and Ray, if this
+    object started it). RAY_ADDRESS set: joins that cluster (started with the environment of
+    `launch.verl_env`); otherwise starts a local one (CPU harness: logical resources, 1 GPU).
+    """
+
+    def __init__(self, cfg: dict[str, Any], model_dir: str | Path, seed: int, max_new_tokens: int) -> None:
+        from rtpo.verl_ext.launch import check_verl_version
+
+        check_verl_version()
+        self.cpu = use_cpu_harness(cfg)
+        self.model_dir = Path(model_dir)
+        self.max_context = max_model_len(cfg, model_dir)  # also checks the model directory
+        if not self.cpu:
+            check_gpus(cfg)
+        self.tp, self.replicas = server_layout(cfg, self.cpu)
+        self.overrides = eval_overrides(cfg, model_dir, seed, self.cpu, max_new_tokens)
+        self._started_ray = False
+        self.engine = None
+        self.manager = None
+
+    def start(self):
+        # the environment verl's processes need (plugin modules, CPU platform), before verl is imported
+        env = verl_env(self.cpu)
+        keys = ("PYTHONPATH", "VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "WANDB_MODE",
+                "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
+        for k in keys:
+            if k in env:
+                os.environ[k] = env[k]
+        import ray
+
+        import rtpo.verl_ext.plugin  # noqa: F401  (in this driver too: VERL_USE_EXTERNAL_MODULES may come late)
+
+        if self.cpu:
+            import rtpo.verl_ext.cpu  # noqa: F401  (platform "cpu", rollout "hf")
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        from transformers import AutoTokenizer
+
+        from rtpo.verl_ext.server_engine import ServerEngine
+
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"runtime_env": {"env_vars": {k: env[k] for k in keys if k in env}},
+                                  "ignore_reinit_error": True, "log_to_driver": False}
+            if self.cpu and not os.environ.get("RAY_ADDRESS"):
+                kw.update(num_cpus=32, num_gpus=1)  # logical resources (verl's resource pools ask for a GPU)
+            ray.init(**kw)
+            self._started_ray = True
+        config = compose(self.overrides)
+        self.manager = LLMServerManager.create(config)
+        tok = AutoTokenizer.from_pretrained(self.model_dir)  # the policy's tokenizer and chat template
+        self.engine = ServerEngine(self.manager.get_client(), tok, self.max_context)
+        return self.engine
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if self.manager is not None:
+            import ray
+
+            for rep in self.manager.get_replicas():  # the server actors and their worker groups
+                for actor in list(getattr(rep, "servers", [])) + list(getattr(rep, "workers", [])):
+                    try:
+                        ray.kill(actor)
+                    except Exception:  # noqa: BLE001 - already gone
+                        pass
+            self.manager = None
+        if self._started_ray:
+            import ray
+
+            ray.shutdown()
+            self._started_ray = False
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
