@@ -32,7 +32,9 @@ class StepLog:
         self.time: dict[str, float] = defaultdict(float)
         self.turns: list[dict[str, Any]] = []
         self.tool_calls = self.tool_errors = self.syncs = self.rollouts = 0
+        self.rollouts_by_kind: dict[str, int] = defaultdict(int)  # by the kind of the first generated turn
         self._ratio_num = self._kl_num = self._tok = 0.0
+        self._clip_num = self._kl_ref_num = 0.0
         self._rows = self._zero_rows = 0
         self.losses: list[float] = []
         self.grad_norms: list[float] = []
@@ -50,6 +52,8 @@ class StepLog:
         """Count the generated tokens (by each turn's kind), tool calls and complete rollouts."""
         for t in trajs:
             self.rollouts += 1
+            gen = t.generated_turns
+            self.rollouts_by_kind[gen[0].kind if gen else "none"] += 1
             self.tool_calls += t.tool_calls
             self.tool_errors += t.tool_errors
             for turn in t.generated_turns:
@@ -60,6 +64,8 @@ class StepLog:
         if n > 0 and not math.isnan(stats.ratio_mean):
             self._ratio_num += stats.ratio_mean * n
             self._kl_num += stats.kl_rollout_train * n
+            self._clip_num += _finite(stats.clip_frac) * n
+            self._kl_ref_num += _finite(stats.kl_ref) * n
             self._tok += n
             self.losses.append(stats.loss)
             self.grad_norms.append(stats.grad_norm)
@@ -77,10 +83,13 @@ class StepLog:
             "success_rate": _mean([float(is_success(t)) for t in trunks]),
             "ratio_mean": (self._ratio_num / self._tok) if self._tok else None,
             "kl_rollout_train": (self._kl_num / self._tok) if self._tok else None,
+            "clip_frac": (self._clip_num / self._tok) if self._tok else None,
+            "kl_ref": (self._kl_ref_num / self._tok) if self._tok else None,
             "zero_adv_frac": (self._zero_rows / self._rows) if self._rows else None,
             "tokens": dict(self.tokens),
             "trained_tokens": int(self._tok),
             "rollouts_per_prompt": self.rollouts / max(1, n_prompts),
+            "rollouts": {k: v / max(1, n_prompts) for k, v in sorted(self.rollouts_by_kind.items())},
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,
             "syncs": self.syncs,
@@ -118,6 +127,10 @@ def trunk_stats(trunks: list[Trajectory]) -> dict[str, Any]:
 def _mean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
     return sum(xs) / len(xs) if xs else None
+
+
+def _finite(x: float | None) -> float:
+    return 0.0 if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
 def _nan_none(x: float) -> float | None:
