@@ -11,6 +11,7 @@ import json
 import math
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -60,35 +61,101 @@ def per_problem(recs: list[dict[str, Any]], starts: list[Start]) -> list[dict[st
     return list(out.values())
 
 
+def run_chunked(roller: Roller, starts: list[Start], bar: tqdm) -> list[Trajectory]:
+    """The local engine: CHUNK trajectories at a time, each turn of a chunk in one batched sample call."""
+    trajs: list[Trajectory] = []
+    for i in range(0, len(starts), CHUNK):
+        trajs += roller.run(starts[i:i + CHUNK])
+        bar.update(len(starts[i:i + CHUNK]))
+    return trajs
+
+
+def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) -> list[Trajectory]:
+    """Rollout servers (verl): every trajectory in flight at once, each on its own thread, so a
+    trajectory's next turn is sent as soon as its tool call returns and the servers batch whatever is
+    pending (continuous batching) instead of waiting for the slowest trajectory of a turn wave. What a
+    trajectory samples depends on its seeds and contexts only, not on the schedule."""
+    if not starts:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(starts))), thread_name_prefix="rtpo-eval") as ex:
+        futs = [ex.submit(roller.run, [st]) for st in starts]
+        for f in as_completed(futs):
+            f.result()
+            bar.update(1)
+    return [f.result()[0] for f in futs]
+
+
+def traj_dump(t: Trajectory, st: Start) -> dict[str, Any]:
+    """One trajectory's sampled tokens (rtpo evaluate --trajectories): what two engines are compared on."""
+    return {"id": st.task.id, "seed": st.seed, "reward": t.reward, "done": t.done, "truncated": t.truncated,
+            "turns": [{"k": u.k, "context_len": len(u.context_ids), "action_ids": u.action_ids,
+                       "stop_reason": u.stop_reason} for u in t.turns]}
+
+
 def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any], seed: int,
-             eval_file: str | Path, out: str | Path) -> dict[str, Any]:
+             eval_file: str | Path, out: str | Path, engine: str | None = None,
+             trajectories: str | Path | None = None) -> dict[str, Any]:
+    """engine: "local" (LocalEngine) or "verl" (verl's rollout servers in standalone mode, vLLM on GPUs;
+    rtpo.verl_ext.eval_servers); default: the config's `engine`. trajectories: also write every
+    trajectory's sampled tokens to this JSONL file."""
+    name = str(engine or cfg.get("engine", "local"))
+    if name not in ("local", "verl"):
+        raise ValueError(f"engine must be local or verl, got {name!r}")
+    if not (Path(model_dir) / "config.json").exists():  # at job start, before any server or model loads
+        raise FileNotFoundError(f"--model {model_dir}: not a Hugging Face model directory (no config.json)"
+                                if Path(model_dir).is_dir() else f"--model {model_dir}: model directory not found")
     s = method_settings(cfg, method, task)
     ev = cfg["eval"]
     k = int(ev["samples"])
-    engine = build_engine(model_dir, cfg, seed, reference=False)
-    params = SamplingParams(max_new_tokens=int(s["env"]["max_new_tokens"]), temperature=float(ev["temperature"]))
-    roller = Roller(engine, env_factory(s["env"]), s["psi"], params)
     tasks = load_tasks(eval_file)
-    t0 = time.perf_counter()
+    params = SamplingParams(max_new_tokens=int(s["env"]["max_new_tokens"]), temperature=float(ev["temperature"]))
     starts = [Start(t, first_kind="eval", rest_kind="eval", seed=seed * 1_000_003 + i * k + j)
               for i, t in enumerate(tasks) for j in range(k)]
-    trajs: list[Trajectory] = []
-    with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
-        for i in range(0, len(starts), CHUNK):
-            trajs += roller.run(starts[i:i + CHUNK])
-            bar.update(len(starts[i:i + CHUNK]))
+    t_start = time.perf_counter()
+    servers = None
+    if name == "verl":
+        from rtpo.verl_ext.eval_servers import EvalServers
+
+        servers = EvalServers(cfg, model_dir, seed, params.max_new_tokens)
+        eng = servers.start()
+    else:
+        eng = build_engine(model_dir, cfg, seed, reference=False)
+    try:
+        roller = Roller(eng, env_factory(s["env"]), s["psi"], params)
+        startup_s = time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
+            if servers is not None:
+                trajs = run_in_flight(roller, starts, bar, int((cfg.get("verl") or {}).get("eval_concurrency", 4096)))
+            else:
+                trajs = run_chunked(roller, starts, bar)
+        rollout_s = time.perf_counter() - t0
+    finally:
+        if servers is not None:
+            servers.close()
     recs = [traj_record(t) for t in trajs]
+    gen = sum(t.response_tokens for t in trajs)
     groups: dict[str, list[int]] = defaultdict(list)
     for i, st in enumerate(starts):
         groups[benchmark_of(st.task)].append(i)
     result = {
         "task": task, "method": method, "seed": seed, "model": str(model_dir), "k": k, "psi": s["psi"],
-        "wall_s": time.perf_counter() - t0,
+        "wall_s": time.perf_counter() - t_start, "engine": name,
+        "throughput": {"startup_s": startup_s, "rollout_s": rollout_s, "trajectories": len(trajs),
+                       "generated_tokens": gen, "trajectories_per_s": len(trajs) / max(rollout_s, 1e-9),
+                       "generated_tokens_per_s": gen / max(rollout_s, 1e-9)},
         "benchmarks": {b: summarize([recs[i] for i in idx], [starts[i].task.id for i in idx], k)
                        for b, idx in sorted(groups.items())},
         "overall": summarize(recs, [st.task.id for st in starts], k),
         "per_problem": per_problem(recs, starts),
     }
+    if servers is not None:
+        result["servers"] = {"rollout": "hf" if servers.cpu else str((cfg.get("verl") or {}).get("rollout", "vllm")),
+                             "tensor_parallel_size": servers.tp, "replicas": servers.replicas,
+                             "max_model_len": servers.max_context, "cpu_harness": servers.cpu}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if trajectories is not None:
+        Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
+        Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
     Path(out).write_text(json.dumps(result, indent=1, sort_keys=True))
     return result
