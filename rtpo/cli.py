@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--quick", action="store_true")
 
     sp = add("report", cmd_report, "tables, figures and the claim ledger")
-    sp.add_argument("what", choices=["tables", "figures", "ledger", "all"])
+    sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all"])
     sp.add_argument("--results", default="results")
     sp.add_argument("--tables", default="results/tables")
     sp.add_argument("--figures", default="figures")

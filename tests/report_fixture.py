@@ -12,8 +12,12 @@ a run with `steps: 0`, vanilla in the shipped configs, has no metrics.jsonl at a
 as rtpo.eval.evaluate writes it (per benchmark embedded-{task}-{tier} and "overall").
 
 Planted effects, only so both directions of the verdict rule are exercised (this is test data,
-not a result): RTPO's eval pass@1 is PLANT_RTPO_VS_VANILLA above Vanilla's in every seed, and in the
-continuation study off-policy beats on-policy output-hit by PLANT_OFF_BEATS_ON in every seed.
+not a result): RTPO's eval pass@1 is PLANT_RTPO_VS_VANILLA above Vanilla's in every seed (on every
+problem RTPO has one success more of eval.samples = 4), and in the continuation study off-policy
+beats on-policy output-hit by PLANT_OFF_BEATS_ON in every seed. Training reward rises by
+PLANT_LEARNING per step fraction for the trained methods except SeeUPO, whose reward is flat
+(PLANT_FLAT_METHOD: a cell the learning table must not call learning). Eval JSONs carry
+`per_problem` (successes per problem) and their pass@1 are its means.
 The path layout is written out here independently of rtpo.report.load, so a layout bug there fails.
 """
 
@@ -32,8 +36,10 @@ TIERS = ("easy", "medium", "hard")
 TOKEN_KINDS = {"vanilla": ("chain",), "grpo": ("chain",), "seeupo": ("chain",), "tree_grpo": ("tree",),
                "arpo": ("chain", "branch"), "rtpo": ("trunk", "sibling", "continuation"),
                "rtpo_ca": ("trunk", "sibling", "continuation")}
-PLANT_RTPO_VS_VANILLA = 0.2
+PLANT_RTPO_VS_VANILLA = 0.25   # one success of 4 samples on every problem
 PLANT_OFF_BEATS_ON = 0.15
+PLANT_LEARNING = 0.3
+PLANT_FLAT_METHOD = "seeupo"
 
 THEORY_ROWS = [
     {"check": "Thm 1(b) recursive optimality", "paper_claim": "reverse-order updates converge (§C.2)",
@@ -79,7 +85,8 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
     """One metrics.jsonl record as rtpo.train writes it (keys sorted when dumped)."""
     progress = step / max(1, steps - 1)
     trains = method != "vanilla"
-    reward = min(1.0, max(0.0, 0.2 + 0.3 * progress * trains + rng.uniform(-0.1, 0.1)))
+    slope = PLANT_LEARNING * trains * (method != PLANT_FLAT_METHOD)
+    reward = min(1.0, max(0.0, 0.2 + slope * progress + rng.uniform(-0.1, 0.1)))
     n = 4
     succ = round(reward * n) / n
     calls = rng.randint(0, 12)
@@ -98,11 +105,21 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
     kl = None if not trains else (rng.uniform(0, 1e-6) if method.startswith("rtpo") else rng.uniform(0.001, 0.05))
     zero = None if not trains else min(1.0, max(0.0, 0.9 - 0.05 * group_size + rng.uniform(-0.05, 0.05)))
     failed = max(0, n - round(succ * n))
+    turns_mean = rng.uniform(1, 3)
+    if method.startswith("rtpo"):  # T trunks, G - 1 siblings per realized boundary, T (L - 1) continuations
+        T, G = 2, group_size
+        rollouts = {"trunk": float(T), "sibling": T * (G - 1) * turns_mean, "continuation": T * (turns_mean - 1)}
+    else:
+        rollouts = {"vanilla": {"chain": 4.0}, "grpo": {"chain": 8.0}, "seeupo": {"chain": 8.0},
+                    "tree_grpo": {"chain": 2.0, "tree": 6.0}, "arpo": {"chain": 4.0 + step % 2, "branch": 4.0}
+                    }.get(method, {"chain": 8.0})
     rec: dict[str, Any] = {
         "step": step, "method": method, "task": task, "seed": seed, "psi": "qwen3",
         "reward_mean": reward, "success_rate": succ, "ratio_mean": ratio, "kl_rollout_train": kl,
         "zero_adv_frac": zero, "tokens": tokens, "trained_tokens": rng.randint(50, 500) if trains else 0,
-        "rollouts_per_prompt": float(rng.choice([2, 4, 8])), "tool_calls": calls, "tool_errors": errors,
+        "rollouts_per_prompt": sum(rollouts.values()), "rollouts": rollouts,
+        "clip_frac": rng.uniform(0, 0.3) if trains else None, "kl_ref": 0.0 if trains else None,
+        "tool_calls": calls, "tool_errors": errors,
         "syncs": (0 if not trains else (3 if sync == "per_stage" else rng.choice([1, 2]))),
         "time": time,
         "turns": ([{"k": k, "ratio_mean": ratio, "kl_rollout_train": kl, "zero_adv_frac": zero, "groups": 2,
@@ -112,7 +129,7 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
                    "failed_len_mean": rng.uniform(1, 3) if failed else None,
                    "tool_calls_per_trunk": trunk_calls / n, "tokens_per_trunk": rng.uniform(20, 60),
                    "tool_success_rate": rng.uniform(0.5, 1.0) if trunk_calls else None,
-                   "turns_mean": rng.uniform(1, 3)},
+                   "turns_mean": turns_mean},
         "lr": 2e-4, "weight_version": step * 3, "train_version": step + 1,
     }
     if trains:
@@ -123,9 +140,18 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
 
 def eval_doc(rng: random.Random, method: str, task: str, seed: int, k: int, n: int, model: str,
              bonus: float = 0.0) -> dict[str, Any]:
-    """One eval JSON as rtpo.eval.evaluate writes it."""
-    def bench(n_tasks: int) -> dict[str, Any]:
-        p1 = min(1.0, max(0.0, rng.uniform(0.1, 0.5) + bonus))
+    """One eval JSON as rtpo.eval.evaluate writes it (pass@1 = the mean of per_problem's successes / k)."""
+    per = max(1, n // len(TIERS))
+    problems = []
+    for tier in TIERS:
+        level = min(1.0, max(0.0, rng.uniform(0.1, 0.5) + bonus))
+        for i in range(per):
+            problems.append({"id": f"{task}-eval-{tier}-{i}", "benchmark": f"embedded-{task}-{tier}",
+                             "successes": sum(rng.random() < level for _ in range(k)), "samples": k})
+
+    def bench(ps: list[dict[str, Any]]) -> dict[str, Any]:
+        n_tasks = len(ps)
+        p1 = sum(p["successes"] / p["samples"] for p in ps) / n_tasks
         calls = rng.uniform(0, 3)
         d = {"n": n_tasks, "samples": n_tasks * k, "pass@1": p1, f"pass@{k}": min(1.0, p1 + rng.uniform(0, 0.3)),
              "reward": p1, "tool_calls_per_traj": calls,
@@ -135,11 +161,20 @@ def eval_doc(rng: random.Random, method: str, task: str, seed: int, k: int, n: i
         if task == "search":
             d.update(em=p1, f1=min(1.0, p1 + 0.05), hit=min(1.0, p1 + 0.1))
         return d
-    per = max(1, n // len(TIERS))
-    benches = {f"embedded-{task}-{t}": bench(per) for t in TIERS}
-    overall = bench(per * len(TIERS))
+    benches = {f"embedded-{task}-{t}": bench([p for p in problems if p["benchmark"] == f"embedded-{task}-{t}"])
+               for t in TIERS}
+    overall = bench(problems)
     return {"task": task, "method": method, "seed": seed, "model": model, "k": k, "psi": "qwen3",
-            "wall_s": rng.uniform(1, 5), "benchmarks": benches, "overall": overall}
+            "wall_s": rng.uniform(1, 5), "benchmarks": benches, "overall": overall, "per_problem": problems}
+
+
+def recompute_pass1(doc: dict[str, Any]) -> None:
+    """Set every benchmark's and the overall pass@1 to the mean of per_problem's successes / samples."""
+    ps = doc["per_problem"]
+    for b, d in doc["benchmarks"].items():
+        mine = [p for p in ps if p["benchmark"] == b]
+        d["pass@1"] = sum(p["successes"] / p["samples"] for p in mine) / len(mine)
+    doc["overall"]["pass@1"] = sum(p["successes"] / p["samples"] for p in ps) / len(ps)
 
 
 def _write_run(run: Path, rng: random.Random, method: str, task: str, seed: int, steps: int, **kw: Any) -> None:
@@ -208,18 +243,22 @@ def study_has(abl: dict[str, Any], name: str) -> bool:
 
 
 def _plant_exact_gap(res: Path, cfg: dict[str, Any]) -> None:
-    """Set Vanilla's pass@1 = RTPO's - PLANT_RTPO_VS_VANILLA on every benchmark (clipped at 0 by raising RTPO)."""
+    """On every problem, Vanilla has `drop` = PLANT_RTPO_VS_VANILLA * k successes fewer than RTPO (RTPO raised
+    to at least `drop`), so Vanilla's pass@1 = RTPO's - drop / k on every benchmark and seed."""
     if "rtpo" not in cfg["methods"] or "vanilla" not in cfg["methods"]:
         return
+    k = int(cfg["eval"]["samples"])
+    drop = max(1, round(PLANT_RTPO_VS_VANILLA * k))
     for task in cfg["tasks"]:
         for s in cfg["seeds"]:
             pr, pv = res / "eval" / task / "rtpo" / f"seed{s}.json", res / "eval" / task / "vanilla" / f"seed{s}.json"
             r, v = json.loads(pr.read_text()), json.loads(pv.read_text())
-            for b in [*r["benchmarks"], "overall"]:
-                rb = r["benchmarks"][b] if b != "overall" else r["overall"]
-                vb = v["benchmarks"][b] if b != "overall" else v["overall"]
-                rb["pass@1"] = max(rb["pass@1"], PLANT_RTPO_VS_VANILLA + 0.05)
-                vb["pass@1"] = rb["pass@1"] - PLANT_RTPO_VS_VANILLA
+            for rp, vp in zip(r["per_problem"], v["per_problem"]):
+                assert rp["id"] == vp["id"]
+                rp["successes"] = max(rp["successes"], drop)
+                vp["successes"] = rp["successes"] - drop
+            recompute_pass1(r)
+            recompute_pass1(v)
             pr.write_text(json.dumps(r, indent=1, sort_keys=True))
             pv.write_text(json.dumps(v, indent=1, sort_keys=True))
 

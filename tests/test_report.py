@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -26,10 +27,12 @@ from tests.report_fixture import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLES = ["table01_main", "table01_gains", "table02_credit_assignment", "table03_continuation",
+TABLES = ["table01_main", "table01_vs_vanilla", "table01_gains", "table_learning", "table_budget",
+          "table02_credit_assignment", "table03_continuation",
           "table06_continuation_detail", "table07_airline_online", "table08_airline_eval", "table09_airline_tools",
           "table10_group_size", "table11_group_size_cost", "table12_trunk_failures", "table13_failure_dynamics",
-          "table14_training_cost", "table21_budget", "tableG5_tool_use", "tableG6_sync"]
+          "table14_training_cost", "table21_budget", "tableG5_tool_use", "tableG6_sync",
+          "timing_table11_group_size_cost", "timing_table14_training_cost", "timing_tableG6_sync"]
 FIGURES = ["fig03_consistency", "fig_training_curves", "fig_main_results", "fig_group_size", "fig_continuation",
            "fig_sync", "fig_budget"]
 STEPS = 6
@@ -161,7 +164,10 @@ def test_cost_tables_sum_the_steps(tree):
     df = _csv(work, "table14_training_cost")
     walls = [sum(r["time"]["total"] for r in _jsonl(work / "results" / "runs" / "math" / "rtpo" / f"seed{s}"
                                                      / "metrics.jsonl")) for s in cfg["seeds"]]
-    row = df[(df.task == "math") & (df.method == "rtpo") & (df.metric == "time_total")].iloc[0]
+    # wall-clock lives in the timing_ table only
+    assert not df.metric.str.startswith("time").any()
+    tdf = _csv(work, "timing_table14_training_cost")
+    row = tdf[(tdf.task == "math") & (tdf.method == "rtpo") & (tdf.metric == "time_total")].iloc[0]
     assert row["mean"] == pytest.approx(np.mean(walls))
     sib = [sum(r["tokens"].get("sibling", 0) for r in _jsonl(work / "results" / "runs" / "math" / "rtpo" /
                                                              f"seed{s}" / "metrics.jsonl")) for s in cfg["seeds"]]
@@ -257,6 +263,260 @@ def test_windows_do_not_overlap():
     assert early == [0, 1] and fourth == [6, 7] and late == [8, 9]
     two = pd.DataFrame({"step": [0, 1]})
     assert select_window(two, (0, .2)).step.tolist() == [0] and select_window(two, (.8, 1)).step.tolist() == [1]
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 18: standard errors, paired comparisons, learning, budget, status, timings kept apart
+# ------------------------------------------------------------------------------------------------
+
+def _problems(work: Path, task: str, method: str, seed: int) -> dict[str, dict[str, float]]:
+    """{benchmark: {problem: pass@1}} straight from the eval JSON's per_problem."""
+    out: dict[str, dict[str, float]] = {}
+    for d in _eval(work, task, method, seed)["per_problem"]:
+        out.setdefault(d["benchmark"], {})[d["id"]] = d["successes"] / d["samples"]
+    return out
+
+
+def test_table1_states_standard_errors(tree):
+    work, cfg = tree
+    df = _csv(work, "table01_main")
+    row = df[(df.task == "math") & (df.method == "grpo") & (df.benchmark == "average")].iloc[0]
+    # SE over problems x samples, by hand: per seed and benchmark var(ddof=1)/n, summed, / (S B)^2
+    S, var = len(cfg["seeds"]), 0.0
+    per_seed = []
+    for s in cfg["seeds"]:
+        pb = _problems(work, "math", "grpo", s)
+        B = len(pb)
+        per_seed.append(np.mean([np.mean(list(v.values())) for v in pb.values()]))
+        var += sum(np.var(list(v.values()), ddof=1) / len(v) for v in pb.values()) / (S * B) ** 2
+    assert row["se_eval"] == pytest.approx(math.sqrt(var), rel=1e-9)
+    assert row["se_seeds"] == pytest.approx(np.std(per_seed, ddof=1) / math.sqrt(S), rel=1e-9)
+    assert row["mean"] == pytest.approx(np.mean(per_seed), abs=1e-12)  # per_problem agrees with pass@1
+    grid = _md_grid(work / "results" / "tables" / "table01_main.md")
+    head = grid[0]
+    se_row = next(r for r in grid if r[0] == "math" and r[1] == "SE over problems × samples")
+    assert se_row[head.index("GRPO")] == f"{100 * math.sqrt(var):.1f}"
+    assert any(r[0] == "math" and r[1] == "SE over seeds" for r in grid)
+    notes = (work / "results" / "tables" / "table01_main.md").read_text()
+    assert "per-task standard error of pass@1" in notes and "math " in notes
+
+
+def test_every_rl_method_against_vanilla_paired_by_problem_and_seed(tree):
+    work, cfg = tree
+    df = _csv(work, "table01_vs_vanilla")
+    rl = [m for m in cfg["methods"] if m != "vanilla"]
+    for t in [*cfg["tasks"], "math+search"]:
+        assert set(df[df.task == t].method) == set(rl), t
+    by_problem = df[df.metric == "diff pass@1, paired by problem and seed"].set_index(["task", "method"])
+    # planted: RTPO has exactly one success of 4 more than Vanilla on every problem: Δ = 0.25, SE 0
+    r = by_problem.loc[("math", "rtpo")]
+    assert r["mean"] == pytest.approx(PLANT_RTPO_VS_VANILLA) and r["se"] == pytest.approx(0.0, abs=1e-12)
+    assert r["n"] == 3 * sum(len(v) for v in _problems(work, "math", "rtpo", 0).values())
+    # an unplanted one, by hand
+    diffs, S = [], len(cfg["seeds"])
+    var = 0.0
+    for s in cfg["seeds"]:
+        a, b = _problems(work, "search", "arpo", s), _problems(work, "search", "vanilla", s)
+        B = len(a)
+        for bench in a:
+            d = [a[bench][p] - b[bench][p] for p in sorted(a[bench])]
+            diffs.append(np.mean(d) / B)
+            var += np.var(d, ddof=1) / len(d) / (S * B) ** 2
+    r = by_problem.loc[("search", "arpo")]
+    assert r["mean"] == pytest.approx(sum(diffs) / S, abs=1e-12)
+    assert r["se"] == pytest.approx(math.sqrt(var), rel=1e-9)
+    half = t975(int(r["df"])) * math.sqrt(var)
+    assert (r["ci95_lo"], r["ci95_hi"]) == pytest.approx((r["mean"] - half, r["mean"] + half))
+    grid = _md_grid(work / "results" / "tables" / "table01_vs_vanilla.md")
+    line = next(x for x in grid if x[0] == "math" and x[1] == "RTPO")
+    assert line[grid[0].index("CI excludes 0")] == "yes (+)"
+    assert line[grid[0].index("Δ pass@1 vs Vanilla (pp) [95 % CI], paired by problem and seed")] == \
+        "+25.0 [+25.0, +25.0]"
+
+
+def _learning_tree(tmp_path: Path):
+    """A small tree whose training rewards are set by hand: GRPO rises 0.1 -> 0.5 over 10 steps in every
+    seed, SeeUPO sits at reward 0 (saturated at the floor), Tree-GRPO is flat at 0.4 with 95 % zero
+    advantage and 30 % clipping."""
+    cfg = fixture_config(**{"train.steps": 10, "tasks": ["math"], "methods": ["vanilla", "grpo", "seeupo",
+                                                                              "tree_grpo"],
+                            "seeds": [0, 1, 2], "ablations": {"seeds": [0]}})
+    config = write_config(cfg, tmp_path / "config.yaml")
+    make_results_tree(tmp_path, cfg, theory=False)
+    for m in ("grpo", "seeupo", "tree_grpo"):
+        for s in cfg["seeds"]:
+            p = tmp_path / "results" / "runs" / "math" / m / f"seed{s}" / "metrics.jsonl"
+            recs = _jsonl(p)
+            for r in recs:
+                if m == "grpo":
+                    r["reward_mean"] = 0.1 + 0.4 * r["step"] / 9 + 0.01 * s
+                elif m == "seeupo":
+                    r["reward_mean"] = 0.0
+                else:
+                    r["reward_mean"] = 0.4 + (0.02 if (r["step"] + s) % 2 else -0.02)
+                    r["zero_adv_frac"], r["clip_frac"] = 0.95, 0.3
+            p.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+    return cfg, config
+
+
+def test_learning_table_deltas_and_diagnoses(tmp_path):
+    cfg, config = _learning_tree(tmp_path)
+    assert _report(tmp_path, config, "tables") == 0
+    df = _csv(tmp_path, "table_learning")
+    d = df[df.metric == "reward last fifth - first fifth"].set_index("method")
+    assert "vanilla" not in d.index  # steps: 0, nothing trained
+    # GRPO: first fifth = steps 0-1, last fifth = steps 8-9 -> delta 0.4 * (8.5 - 0.5) / 9 in every seed
+    assert d.loc["grpo", "mean"] == pytest.approx(0.4 * 8 / 9)
+    assert d.loc["grpo", "excludes_zero"] == "yes (+)" and d.loc["grpo", "diagnosis"] == "learns"
+    assert d.loc["grpo", "window_steps"] == 2 and d.loc["grpo", "steps"] == 10
+    assert d.loc["seeupo", "excludes_zero"] in ("no", "—")
+    assert "saturated at 0" in d.loc["seeupo", "diagnosis"]
+    diag = d.loc["tree_grpo", "diagnosis"]
+    assert d.loc["tree_grpo", "excludes_zero"] == "no"
+    assert "95 % zero advantage" in diag and "clip active on 30 %" in diag and "2 step(s) per fifth" in diag
+    # the diagnostics are the step means of the JSONL columns
+    z = df[(df.method == "tree_grpo") & (df.metric == "zero_adv_frac")].iloc[0]
+    assert z["mean"] == pytest.approx(0.95)
+    md = (tmp_path / "results" / "tables" / "table_learning.md").read_text()
+    assert "CI excludes 0 in: math/GRPO (+)." in md
+    assert "— (kl_coef 0)" in md  # no reference model: no KL to ref shown
+
+
+def test_budget_table_counts_like_e3_and_flags_rtpo(tree):
+    work, cfg = tree
+    df = _csv(work, "table_budget")
+    paper = df[df.metric == "rollouts_per_prompt_paper"].set_index(["task", "method"])
+    for s_ in cfg["seeds"]:
+        recs = _jsonl(work / "results" / "runs" / "search" / "rtpo" / f"seed{s_}" / "metrics.jsonl")
+        # E.3 counts trunks + sibling rollouts, not the trunk's own regenerated continuation
+        want = np.mean([r["rollouts"]["trunk"] + r["rollouts"]["sibling"] for r in recs])
+        got = float(paper.loc[("search", "rtpo"), "values"].split(";")[cfg["seeds"].index(s_)])
+        assert got == pytest.approx(want)
+        assert want < np.mean([r["rollouts_per_prompt"] for r in recs])
+    # baselines 8 per prompt (ARPO 8.5, Tree-GRPO 8), RTPO 2 + 4 L with L ~ 2: flagged, the others not
+    for t in cfg["tasks"]:
+        block = paper.loc[t]
+        med = float(np.median(block["mean"]))
+        assert (block["task_median"] == med).all()
+        for m, r in block.iterrows():
+            assert bool(r["flag"]) == (abs(r["mean"] / med - 1) > 0.10), (t, m)
+        assert bool(block.loc["rtpo", "flag"]) and not block.loc["grpo", "flag"]
+    md = (work / "results" / "tables" / "table_budget.md").read_text()
+    assert "Flagged: " in md and "RTPO" in md.split("Flagged: ")[1].split("\n")[0]
+
+
+def test_closest_trunks_and_g_reproduce_the_papers_e3_choice():
+    from rtpo.report.tables import closest_trunks_g
+
+    # E.3: 16 rollouts per prompt; math 4 trunks, search 2, each with 2 siblings per realized boundary
+    assert closest_trunks_g(1.5, 16) == (4, 3, 16.0)
+    assert closest_trunks_g(3.5, 16) == (2, 3, 16.0)
+    assert closest_trunks_g(2.0, 8)[:2] == (1, 4)      # 1 (1 + 3 * 2) = 7, the nearest to 8
+    assert closest_trunks_g(math.nan, 8) is None
+
+
+def test_status_file_numbers_come_from_the_run(tree):
+    work, cfg = tree
+    tdir = work / "results" / "tables"
+    status = (tdir / "status.md").read_text()
+    assert status.startswith("<!-- generated by `rtpo report status`")
+    t1 = _csv(work, "table01_main")
+    v = t1[(t1.task == "airline") & (t1.method == "vanilla") & (t1.benchmark == "average")].iloc[0]
+    line = next(x for x in status.splitlines() if x.startswith("| warm start (Vanilla)"))
+    assert f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}" in line
+    led = _csv(work, "claims")
+    c = led.verdict.value_counts()
+    dec = c.get(REPRODUCED, 0) + c.get(NOT_REPRODUCED, 0)
+    assert (f"{len(led)} claims; decided {dec} ({c.get(REPRODUCED, 0)} reproduced, "
+            f"{c.get(NOT_REPRODUCED, 0)} not reproduced), {c.get(INCONCLUSIVE, 0)} inconclusive") in status
+    # a disagreement with the paper is reported as such (the planted off-policy win)
+    assert "4.4-average" in status.split("Not reproduced: ")[1]
+    assert "Learning (results/tables/table_learning.md)" in status and "Rollouts per prompt" in status
+    # no timing in status.md (it must be byte-identical on a rerun): those go to timing_status.md
+    assert "span of this results tree" not in status and not re.search(r"\d (min|s)\b", status)
+    assert "training (main grid, sum of per-step time.total)" in (tdir / "timing_status.md").read_text()
+
+
+def test_ledger_keeps_wall_clock_claims_apart(tree):
+    work, _ = tree
+    led, tim = _csv(work, "claims"), _csv(work, "timing_claims")
+    assert set(tim.claim_id) == {"G.2-wallclock", "G.4-time_total-grpo"}
+    assert not set(tim.claim_id) & set(led.claim_id)
+    assert "G.4-tokens_total-grpo" in set(led.claim_id)
+    assert "2 wall-clock claims are in timing_claims.md" in (work / "results" / "tables" / "claims.md").read_text()
+
+
+def test_tables_do_not_depend_on_timings(tree, tmp_path):
+    """Every table but the timing_* files is a function of the non-timing numbers: rescale every
+    `time.*` and eval `wall_s`, rerun the report: the other files are byte-identical."""
+    work, cfg = tree
+    other = tmp_path / "other"
+    shutil.copytree(work / "results", other / "results", ignore=shutil.ignore_patterns("tables"))
+    for p in (other / "results").rglob("metrics.jsonl"):
+        recs = _jsonl(p)
+        for r in recs:
+            r["time"] = {k: 3.7 * v + 1 for k, v in r["time"].items()}
+        p.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+    for p in [*(other / "results" / "eval").rglob("*.json"), *(other / "results" / "ablations").rglob("eval_*.json")]:
+        doc = json.loads(p.read_text())
+        doc["wall_s"] = 99.0
+        p.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    config = write_config(cfg, other / "config.yaml")
+    assert _report(other, config, "tables") == 0 and _report(other, config, "ledger") == 0
+    assert _report(other, config, "status") == 0
+    a, b = work / "results" / "tables", other / "results" / "tables"
+    names = sorted(p.name for p in a.iterdir() if p.is_file() and p.name not in ("report_inputs.csv", ".tables.done"))
+    assert "status.md" in names and "claims.csv" in names
+    same = [n for n in names if not n.startswith("timing_")]
+    for n in same:
+        assert (a / n).read_bytes() == (b / n).read_bytes(), n
+    # and the timing files did see the change
+    assert (a / "timing_table14_training_cost.csv").read_bytes() != (b / "timing_table14_training_cost.csv").read_bytes()
+
+
+def test_problem_summary_and_per_problem_input(tmp_path):
+    from rtpo.report.load import read_eval_problems
+    from rtpo.report.stats import paired_cells, problem_summary
+
+    cells = {0: {"a": {"p1": 1.0, "p2": 0.0}, "b": {"p3": 0.5, "p4": 0.5, "p5": 1.0}},
+             1: {"a": {"p1": 0.5, "p2": 0.5}, "b": {"p3": 0.0, "p4": 0.5, "p5": 0.5}}}
+    ps = problem_summary(cells)
+    means = [(0.5 + 2 / 3) / 2, (0.5 + 1 / 3) / 2]
+    assert ps.mean == pytest.approx(np.mean(means))
+    var = (0.5 / 2 + (1 / 12) / 3 + 0.0 / 2 + (1 / 12) / 3) / 16
+    assert ps.se == pytest.approx(math.sqrt(var)) and ps.df == 6 and ps.n_problems == 10 and ps.n_seeds == 2
+    # a seed lacking a benchmark is left out; pairing keeps common problems only
+    assert problem_summary({**cells, 2: {"a": {"p1": 1.0}}}).n_seeds == 2
+    d = paired_cells(cells, {0: {"a": {"p1": 0.0}}, 1: {"a": {"p1": 0.5, "p9": 1.0}}})
+    assert d == {0: {"a": {"p1": 1.0}}, 1: {"a": {"p1": 0.0}}}
+    e = tmp_path / "seed0.json"
+    e.write_text(json.dumps({"per_problem": [{"id": "x", "benchmark": "b", "successes": 5, "samples": 4}]}))
+    with pytest.raises(ValueError, match=r"seed0\.json: per_problem\[0\]: successes 5 / samples 4"):
+        read_eval_problems(e)
+    e.write_text(json.dumps({"task": "math"}))
+    assert read_eval_problems(e) == []
+
+
+def test_steplog_records_clip_kl_ref_and_rollout_kinds():
+    from types import SimpleNamespace
+
+    from rtpo.engine.base import UpdateStats
+    from rtpo.instrument import StepLog
+
+    def traj(kind, reward=0.0):
+        turn = SimpleNamespace(kind=kind, action_ids=[1, 2, 3])
+        return SimpleNamespace(generated_turns=[turn], turns=[turn], tool_calls=0, tool_errors=0, reward=reward,
+                               truncated=False, response_tokens=3)
+    log = StepLog()
+    trunks = [traj("trunk", 1.0), traj("trunk")]
+    log.add_trajectories(trunks)
+    log.add_trajectories([traj("sibling") for _ in range(4)] + [traj("continuation")])
+    log.add_update(UpdateStats(0.1, 1.0, 0.0, clip_frac=0.5, kl_ref=0.2, grad_norm=1.0, trained_tokens=10), [0.5])
+    log.add_update(UpdateStats(0.1, 1.0, 0.0, clip_frac=0.0, kl_ref=0.0, grad_norm=1.0, trained_tokens=30), [0.0])
+    rec = log.record(trunks, n_prompts=2)
+    assert rec["clip_frac"] == pytest.approx(0.125) and rec["kl_ref"] == pytest.approx(0.05)  # token-weighted
+    assert rec["rollouts"] == {"continuation": 0.5, "sibling": 2.0, "trunk": 1.0}
+    assert rec["rollouts_per_prompt"] == pytest.approx(3.5)
 
 
 # ------------------------------------------------------------------------------------------------

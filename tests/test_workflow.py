@@ -23,7 +23,7 @@ from tests.conftest import ROOT, copy_workdir, run_snakemake, workflow_copy
 
 CONFIGS = ["config", "smoke", "paper", "smollm2"]
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
-REPORT_RULES = {"tables", "figures", "ledger", "report_assets"}
+REPORT_RULES = {"tables", "figures", "ledger", "status", "report_assets"}
 
 
 def load(name: str, root: Path = ROOT) -> dict:
@@ -166,7 +166,7 @@ def test_paper_dag_lists_every_cell(wf):
     assert "results/models/tokenizer" not in rule_of and rule_of["results/models/base"] == "base_model"
     for f, rule in [("results/theory", "theory"), ("results/tables/.tables.done", "tables"),
                     ("figures/.figures.done", "figures"), ("results/tables/claims.csv", "ledger"),
-                    ("results/tables/claims.md", "ledger")]:
+                    ("results/tables/claims.md", "ledger"), ("results/tables/status.md", "status")]:
         assert rule_of[f] == rule
 
 

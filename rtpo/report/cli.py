@@ -6,7 +6,9 @@ tables  -> <tables>/<name>.{csv,md,tex} for every table of rtpo.report.tables, p
            <tables>/report_inputs.csv (every file read, with its record count) and
            <tables>/report_missing.txt (files the config expects that were absent; empty if none)
 figures -> <figures>/<name>.{png,pdf} for every figure of rtpo.report.figures
-ledger  -> <tables>/claims.{csv,md,tex}
+ledger  -> <tables>/claims.{csv,md,tex} (+ timing_claims.{csv,md}: the wall-clock claims)
+status  -> <tables>/status.md (the README's status section) and <tables>/timing_status.md
+Files named timing_* hold wall-clock numbers; every other file is the same on a rerun of the DAG.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path
     """Write the requested part of the report; returns the paths written."""
     from rtpo.report.figures import FIGURES
     from rtpo.report.ledger import write_ledger
+    from rtpo.report.status import write_status
     from rtpo.report.tables import TABLES, write_table
 
-    if what not in ("tables", "figures", "ledger", "all"):
-        raise ValueError(f"report: unknown part {what!r} (tables | figures | ledger | all)")
+    if what not in ("tables", "figures", "ledger", "status", "all"):
+        raise ValueError(f"report: unknown part {what!r} (tables | figures | ledger | status | all)")
     res = load_results(results, cfg)
     if res.steps.empty and res.evals.empty:
         raise FileNotFoundError(f"report: no metrics.jsonl or eval JSON under {results} for the runs the config "
@@ -58,6 +61,8 @@ def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path
             written += fn(res, figures_dir)
     if what in ("ledger", "all"):
         written += write_ledger(res, tables_dir)
+    if what in ("status", "all"):
+        written += write_status(res, tables_dir)
     return written
 
 

@@ -14,7 +14,9 @@ Rows exist whatever the config runs: a comparison whose runs are absent has n = 
 inconclusive, and its note says what is missing. Windows over training steps are fractions of
 the run (by step rank): "early" = first fifth, "late" = last fifth (paper: Step 10 vs Step 50 of 50).
 
-Writes claims.csv (numbers), claims.md and claims.tex (the ledger with its rules).
+Writes claims.csv (numbers), claims.md and claims.tex (the ledger with its rules). Claims about
+wall-clock time (`timing=True`) go to timing_claims.{csv,md} instead: they depend on the machine and
+its load, and everything else the DAG writes into results/tables must be the same on a rerun.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class Claim:
     margin: float = math.nan
     evidence: str = ""
     note: str = ""
+    timing: bool = False             # a wall-clock claim: written to timing_claims.* (machine-dependent)
 
 
 def _scale(d: PerSeed, k: float) -> PerSeed:
@@ -282,7 +285,7 @@ def build_claims(res: Results) -> list[Claim]:
             Claim("G.2-wallclock", "§G.2, Table 11", "a larger G costs more wall-clock", "+30.6 % GPU-hours (G 3 → 4)",
                   f"{pair}: percent change of training wall-clock", "%",
                   lambda: paired_ratio(gst(hi, "time_total", "sum"), gst(lo, "time_total", "sum")),
-                  evidence="table11_group_size_cost"),
+                  evidence="timing_table11_group_size_cost", timing=True),
             Claim("G.2-train-tokens", "§G.2, Table 11", "a larger G costs more training-generation tokens",
                   "+152.8 % (G 3 → 4)", f"{pair}: percent change of training-generation tokens", "%",
                   lambda: paired_ratio(gst(hi, "tokens_total", "sum"), gst(lo, "tokens_total", "sum")),
@@ -327,7 +330,8 @@ def build_claims(res: Results) -> list[Claim]:
         C.append(Claim(f"G.4-{col}-{m}", "§G.4, Table 14", f"RTPO costs more {what} than {method_label(m)}", paper,
                        f"percent change of RTPO's airline {what} vs {method_label(m)}", "%",
                        lambda col=col, m=m: paired_ratio(st_(A, "rtpo", col, "sum"), st_(A, m, col, "sum")),
-                       evidence="table14_training_cost"))
+                       evidence=("timing_" if col == "time_total" else "") + "table14_training_cost",
+                       timing=col == "time_total"))
     # ---- §G.5 tool use on math -----------------------------------------------------------------
     C.append(Claim("G.5-accuracy", "§G.5, Tables 18-19", "RTPO is more accurate than Vanilla on math",
                    "higher accuracy on GSM8K, AIME24, AIME25", "RTPO − Vanilla: math pass@1 (all samples)", "pp",
@@ -425,7 +429,7 @@ def evaluate_claims(res: Results) -> pd.DataFrame:
                      "quantity": c.quantity, "unit": c.unit, "expected": _expected(c), "rule": c.rule,
                      "ours_mean": s.mean, "ci95_lo": s.lo, "ci95_hi": s.hi, "n": s.n,
                      "seeds": ";".join(map(str, d)), "values": ";".join(repr(float(v)) for v in d.values()),
-                     "verdict": verdict, "evidence": c.evidence, "note": note})
+                     "verdict": verdict, "evidence": c.evidence, "note": note, "timing": c.timing})
     if res.theory is not None:
         for i, r in res.theory.reset_index(drop=True).iterrows():
             mc = float(r["monte_carlo"]) if not pd.isna(r["monte_carlo"]) else math.nan
@@ -436,14 +440,24 @@ def evaluate_claims(res: Results) -> pd.DataFrame:
                                       + (f" ± {float(r['tolerance']):.3g}" if not pd.isna(r["tolerance"]) else "")),
                          "rule": "theory-check", "ours_mean": mc, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0,
                          "seeds": "", "values": "", "verdict": REPRODUCED if bool(r["holds"]) else NOT_REPRODUCED,
-                         "evidence": "results/theory/theory_checks.csv", "note": str(r.get("note", ""))})
+                         "evidence": "results/theory/theory_checks.csv", "note": str(r.get("note", "")),
+                         "timing": False})
     else:
         rows.append({"claim_id": "theory", "source": "theory (rtpo theory)", "claim": "the theorem checks",
                      PAPER_COL: "proved (§C)", "quantity": "", "unit": "", "expected": "", "rule": "theory-check",
                      "ours_mean": math.nan, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "",
                      "values": "", "verdict": INCONCLUSIVE, "evidence": "results/theory/theory_checks.csv",
-                     "note": "theory_checks.csv absent"})
-    return pd.DataFrame(rows, columns=LEDGER_COLUMNS)
+                     "note": "theory_checks.csv absent", "timing": False})
+    return pd.DataFrame(rows, columns=[*LEDGER_COLUMNS, "timing"])
+
+
+def verdict_counts(df: pd.DataFrame) -> dict[str, int]:
+    """{reproduced, not reproduced, inconclusive, decided (= the first two), claims} of a ledger frame."""
+    counts = df.verdict.value_counts()
+    out = {v: int(counts.get(v, 0)) for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)}
+    out["decided"] = out[REPRODUCED] + out[NOT_REPRODUCED]
+    out["claims"] = int(len(df))
+    return out
 
 
 def _fmt_ours(r) -> str:
@@ -484,15 +498,27 @@ def rules_text() -> list[str]:
 def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    df = evaluate_claims(res)
-    paths = [out / "claims.csv", out / "claims.md", out / "claims.tex"]
+    full = evaluate_claims(res)
+    is_timing = full["timing"].astype(bool)
+    timing = full[is_timing].drop(columns="timing").reset_index(drop=True)
+    df = full[~is_timing].drop(columns="timing").reset_index(drop=True)
+    paths = [out / "claims.csv", out / "claims.md", out / "claims.tex", out / "timing_claims.csv",
+             out / "timing_claims.md"]
     df.to_csv(paths[0], index=False)
+    timing.to_csv(paths[3], index=False)
     counts = df.verdict.value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
+    tcounts = timing.verdict.value_counts()
+    tsummary = ", ".join(f"{tcounts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
     disp = ledger_display(df, str(res.cfg.get("name", "ours")))
-    md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.", "",
-          *rules_text(), "", to_markdown(disp), ""]
+    md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.",
+          f"{len(timing)} wall-clock claims are in timing_claims.md ({tsummary}): timings depend on the machine "
+          "and its load.", "", *rules_text(), "", to_markdown(disp), ""]
     paths[1].write_text("\n".join(md) + "\n")
+    tmd = ["# Claim ledger: wall-clock claims", "", f"{len(timing)} claims: {tsummary}. Timings: they depend on "
+           "the machine and its load (the rest of the ledger is claims.md).", "", *rules_text(), "",
+           to_markdown(ledger_display(timing, str(res.cfg.get("name", "ours")))), ""]
+    paths[4].write_text("\n".join(tmd) + "\n")
     body = pd.DataFrame([[latex_escape(v) for v in rec] for rec in disp.itertuples(index=False)],
                         columns=[latex_escape(c) for c in disp.columns])
     colfmt = "lp{2cm}p{4cm}p{3cm}p{4cm}lp{3cm}lll"

@@ -22,6 +22,8 @@ value 3 -> "G3"; sync "interval:2" -> "interval-2", "kl:0.01" -> "kl-0.01"; cont
   evals  one row per (scope, variant, task, method, seed, benchmark) with the eval metrics
          (`benchmark` == "overall" is the eval JSON's pooled `overall`), `k`, a `pass@k` column
          (= the JSON's `pass@{k}`), and `source` (the path);
+  problems one row per (scope, variant, task, method, seed, benchmark, problem) from the eval JSON's
+         `per_problem` (successes of that problem over its samples; empty for eval JSONs without it);
   theory theory_checks.csv as a DataFrame (None if absent);
   missing the expected files that were absent (the tables leave those cells out and say so).
 Scope is "main" for the main runs and the study name for ablations; variant is "" for main runs.
@@ -249,6 +251,30 @@ def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, A
     return rows
 
 
+def read_eval_problems(path: Path) -> list[dict[str, Any]]:
+    """The eval JSON's `per_problem` list as rows (benchmark, problem, successes, samples, p = successes /
+    samples); [] when the file has none (eval JSONs written before it existed). Errors name the entry."""
+    path = Path(path)
+    doc = json.loads(path.read_text())
+    items = doc.get("per_problem")
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: field 'per_problem' must be a list")
+    rows = []
+    for i, d in enumerate(items):
+        where = f"{path}: per_problem[{i}]"
+        if not isinstance(d, dict) or not {"id", "benchmark", "successes", "samples"} <= set(d):
+            raise ValueError(f"{where} needs id, benchmark, successes and samples")
+        n, c = d["samples"], d["successes"]
+        if not (isinstance(n, int) and isinstance(c, int) and n >= 1 and 0 <= c <= n):
+            raise ValueError(f"{where}: successes {c!r} / samples {n!r} must be whole numbers, 0 <= successes "
+                             "<= samples, samples >= 1")
+        rows.append({"benchmark": str(d["benchmark"]), "problem": str(d["id"]), "successes": c, "samples": n,
+                     "p": c / n})
+    return rows
+
+
 def read_theory(path: Path) -> pd.DataFrame:
     df = pd.read_csv(path)
     missing = [c for c in THEORY_COLUMNS if c not in df.columns]
@@ -277,6 +303,7 @@ class Results:
     studies: dict[str, Study]
     inputs: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    problems: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     # ---- selections --------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -284,6 +311,7 @@ class Results:
         self._step_idx = _index(self.steps, ["scope", "variant", "task", "method"])
         self._eval_idx = _index(self.evals, ["scope", "variant", "task", "method", "benchmark"])
         self._eval_run_idx = _index(self.evals, ["scope", "variant", "task", "method"])
+        self._problem_idx = _index(self.problems, ["scope", "variant", "task", "method"])
 
     def step_rows(self, scope: str = MAIN, variant: str = "", task: str | None = None,
                   method: str | None = None) -> pd.DataFrame:
@@ -318,6 +346,21 @@ class Results:
         if benchmark is not None:
             m &= df.benchmark == benchmark
         return df[m]
+
+    def problem_cells(self, tasks: Iterable[str], method: str, scope: str = MAIN, variant: str = "",
+                      benchmark: str | None = None) -> dict[int, dict[str, dict[str, float]]]:
+        """{seed: {benchmark: {problem id: pass@1 of that problem (successes / samples)}}} over the
+        benchmarks of `tasks` (or just `benchmark`); {} without per-problem records."""
+        out: dict[int, dict[str, dict[str, float]]] = {}
+        for task in tasks:
+            df = self._problem_idx.get((scope, variant, task, method))
+            if df is None:
+                continue
+            if benchmark is not None:
+                df = df[df.benchmark == benchmark]
+            for seed, b, pid, p in zip(df.seed, df.benchmark, df.problem, df.p):
+                out.setdefault(int(seed), {}).setdefault(b, {})[pid] = float(p)
+        return out
 
     # ---- per-seed values (the unit every mean, std and CI is computed over) ------------------
     def eval_by_seed(self, task: str, method: str, benchmark: str, metric: str,
@@ -446,6 +489,7 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     root = Path(results)
     step_rows: list[dict[str, Any]] = []
     eval_rows: list[dict[str, Any]] = []
+    problem_rows: list[dict[str, Any]] = []
     inputs: list[dict[str, Any]] = []
     missing: list[str] = []
     for key in expected_runs(cfg):
@@ -461,6 +505,7 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
         if epath.exists():
             recs = read_eval_json(epath, key)
             eval_rows += [{**r, **tag} for r in recs]
+            problem_rows += [{**r, **tag} for r in read_eval_problems(epath)]
             inputs.append({"kind": "eval", **tag, "path": str(epath), "records": len(recs)})
         else:
             missing.append(str(epath))
@@ -474,9 +519,10 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
         missing.append(str(tpath))
     steps = pd.DataFrame(step_rows)
     evals = pd.DataFrame(eval_rows)
-    for df in (steps, evals):
+    problems = pd.DataFrame(problem_rows)
+    for df in (steps, evals, problems):
         if not df.empty:
             df["seed"] = df["seed"].astype(int)
     if not steps.empty:
         steps["step"] = steps["step"].astype(int)
-    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing)
+    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems)

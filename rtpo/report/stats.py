@@ -120,3 +120,76 @@ def equivalence_verdict(s: Summary, center: float, margin: float) -> str:
     if s.hi < center - margin or s.lo > center + margin:
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluation-level statistics: problems x samples (the unit below the seed)
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProblemSummary:
+    """The seed-mean of a macro average over benchmarks of per-problem values (a problem's pass@1, or
+    a paired difference of two methods' pass@1 on it), with its standard error over problems and
+    samples: the trained models of each seed held fixed, so it measures how precisely the evaluation
+    pins the number down, not how much a retrained seed would move it (that is the seed SE).
+
+        mean = 1/S sum_s 1/B sum_b mean_i x[s, b, i]
+        se^2 = 1/(S B)^2 sum_s sum_b var_i(x[s, b, i]) / n[s, b]       (var with ddof = 1)
+        95 % CI = mean ± t(0.975, sum (n[s, b] - 1)) se
+    """
+
+    mean: float
+    se: float
+    df: int
+    lo: float
+    hi: float
+    n_seeds: int
+    n_problems: int   # problem-seed pairs
+
+
+def problem_summary(cells: Mapping[int, Mapping[str, Mapping[str, float]]]) -> ProblemSummary:
+    """cells = {seed: {benchmark: {problem: value}}}. Seeds that lack a benchmark some other seed has
+    are left out (as Results.eval_macro_by_seed does); benchmarks with one problem add no variance."""
+    nan = ProblemSummary(math.nan, math.nan, 0, math.nan, math.nan, 0, 0)
+    if not cells:
+        return nan
+    benches = set().union(*(set(c) for c in cells.values()))
+    seeds = [s for s in sorted(cells) if set(cells[s]) == benches and all(cells[s][b] for b in benches)]
+    if not seeds:
+        return nan
+    S, B = len(seeds), len(benches)
+    mean = var = 0.0
+    df = n = 0
+    for s in seeds:
+        for b in sorted(benches):
+            x = np.array([cells[s][b][p] for p in sorted(cells[s][b])], dtype=float)
+            mean += float(x.mean()) / (S * B)
+            n += len(x)
+            if len(x) > 1:
+                var += float(x.var(ddof=1)) / len(x) / (S * B) ** 2
+                df += len(x) - 1
+    se = math.sqrt(var)
+    if df < 1:
+        return ProblemSummary(mean, math.nan, 0, math.nan, math.nan, S, n)
+    half = t975(df) * se
+    return ProblemSummary(mean, se, df, mean - half, mean + half, S, n)
+
+
+def paired_cells(a: Mapping[int, Mapping[str, Mapping[str, float]]],
+                 b: Mapping[int, Mapping[str, Mapping[str, float]]]) -> dict[int, dict[str, dict[str, float]]]:
+    """{seed: {benchmark: {problem: a - b}}} over the (seed, benchmark, problem) triples both have: the
+    difference of two methods paired by evaluation problem and seed (same seed = same base model, same
+    training-prompt order and the same evaluation sampling seeds per problem)."""
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for s in sorted(set(a) & set(b)):
+        for bench in sorted(set(a[s]) & set(b[s])):
+            common = sorted(set(a[s][bench]) & set(b[s][bench]))
+            if common:
+                out.setdefault(s, {})[bench] = {p: a[s][bench][p] - b[s][bench][p] for p in common}
+    return out
+
+
+def se_over_seeds(values: Iterable[float]) -> float:
+    """Standard error of the seed mean, std (ddof = 1) / sqrt(n); NaN with fewer than 2 seeds."""
+    s = summarize(values)
+    return s.std / math.sqrt(s.n) if s.n >= 2 else math.nan

@@ -2,8 +2,11 @@
 
 The report code decides its file names, so the tables and figures rules declare a sentinel file
 written after the command succeeds (results/tables/.tables.done, figures/.figures.done); the
-ledger's files are fixed: results/tables/claims.{csv,md}. report_assets copies the PNG figures and
-CSV tables into results/report/ as directories marked for `snakemake --report`.
+ledger's files are fixed: results/tables/claims.{csv,md}; the status rule writes the README's status
+section, results/tables/status.md, and timing_status.md. Files named results/tables/timing_* hold
+wall-clock numbers; every other file there is byte-identical when the DAG is rerun on one machine.
+report_assets copies the PNG figures and CSV tables into results/report/ as directories marked for
+`snakemake --report`.
 """
 
 
@@ -56,6 +59,27 @@ rule ledger:
         CONDA_ENV
     shell:
         "rtpo report ledger --config {params.config} --results results --tables $(dirname {output.csv}) "
+        "> {log} 2>&1"
+
+
+rule status:
+    # the README's status section (results/tables/status.md) and the run's timings (timing_status.md)
+    input:
+        all_results(),
+        tables="results/tables/.tables.done",
+        ledger="results/tables/claims.csv",
+    output:
+        status="results/tables/status.md",
+        timing="results/tables/timing_status.md",
+    params:
+        settings=fingerprint(config),
+        config=config_path,
+    log:
+        "results/logs/report/status.log",
+    conda:
+        CONDA_ENV
+    shell:
+        "rtpo report status --config {params.config} --results results --tables $(dirname {output.status}) "
         "> {log} 2>&1"
 
 
