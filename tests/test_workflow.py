@@ -219,9 +219,10 @@ def test_slurm_profile_selects_paper_and_gpus(wf):
     assert not default.exists() or "slurm" not in "".join(p.read_text() for p in default.glob("*.yaml"))
     profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
     assert profile["executor"] == "slurm" and profile["configfile"] == "config/paper.yaml"
-    for rule in [f"train_{m}" for m in load("paper")["method"]] + ["ablation_train"]:
+    for rule in [f"train_{m}" for m in load("paper")["method"] if m != "vanilla"] + ["ablation_train"]:
         res = profile["set-resources"][rule]
         assert res["gpu"] >= 1 and {"runtime", "mem_mb", "cpus_per_task", "slurm_partition"} <= set(res), rule
+    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing (issue 15)
     env = {"RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
     r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -229,6 +230,42 @@ def test_slurm_profile_selects_paper_and_gpus(wf):
     assert counts["train_rtpo"] == 9 and "tokenizer" not in counts  # paper.yaml: hf model, 3 tasks x 3 seeds
     train_job = next(j for j in r.stdout.split("\nrule ") if j.startswith("train_grpo:"))
     assert "gpu=8" in train_job and "slurm_partition=gpu" in train_job
+
+
+def _job_blocks(output: str) -> list[str]:
+    return [b for b in re.split(r"\n(?=\[[^\]]+\]\n(?:local)?rule )", output) if re.search(r"^(?:local)?rule \w+:", b, re.M)]
+
+
+def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
+    """`snakemake --profile slurm -n` (config/paper.yaml, the fake Slurm commands on PATH): every
+    evaluation job runs `rtpo evaluate --engine verl` and asks for at least
+    verl.tensor_parallel_size x verl.eval_replicas GPUs (what rtpo evaluate checks at start); the
+    vanilla "training" jobs (train.steps 0: a copy of the base model) ask for no GPU and go to the
+    CPU partition (issue 15)."""
+    env = {"PATH": f"{FAKE_SLURM}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_SLURM_DIR": str(tmp_path), "RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu",
+           "RTPO_SLURM_GPU_PARTITION": "gpu"}
+    r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    v = load("paper")["verl"]
+    need = int(v["tensor_parallel_size"]) * int(v.get("eval_replicas", 1))
+    assert need >= 2
+    seen = {"evaluate_run": 0, "ablation_evaluate": 0, "train_vanilla": 0}
+    for block in _job_blocks(r.stdout):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.M).group(1)
+        if rule not in seen:
+            continue
+        seen[rule] += 1
+        res = dict(kv.split("=", 1) for kv in re.search(r"^    resources: (.*)$", block, re.M).group(1).split(", "))
+        if rule == "train_vanilla":
+            assert "gpu" not in res and res["slurm_partition"] == "cpu", block
+        else:
+            assert int(res["gpu"]) >= need and res["slurm_partition"] == "gpu", block
+            assert re.search(r"^Shell command: rtpo evaluate .* --engine verl ", block, re.M), block
+    cfg = load("paper")
+    assert seen["train_vanilla"] == len(cfg["tasks"]) * len(cfg["seeds"])
+    assert seen["evaluate_run"] == len(cfg["tasks"]) * len(cfg["seeds"]) * len(cfg["methods"])
+    assert seen["ablation_evaluate"] > 0
 
 
 # ------------------------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ rule ablation_evaluate:
         settings=lambda wildcards: fingerprint(eval_settings(cell_of(wildcards).method, cell_of(wildcards).task,
                                                              cell_of(wildcards).sets)),
         config=config_path,
+        engine=eval_engine,
     log:
         "results/logs/ablations/{evalrun}.log",
     benchmark:
@@ -69,7 +70,7 @@ rule ablation_evaluate:
     shell:
         "rtpo evaluate --config {params.config} --model {input.model} --method {params.method} "
         "--task {params.task} --seed {params.seed} --eval-file {input.eval} {params.sets} "
-        "--out {output.result} > {log} 2>&1"
+        "--engine {params.engine} --out {output.result} > {log} 2>&1"
 
 
 rule ablation_reuse_run:

@@ -104,6 +104,13 @@ def write_effective_config(cfg):
 EFFECTIVE_CONFIG = write_effective_config(config)
 
 
+def eval_engine(wildcards, input):
+    """`--engine` of the evaluation rules (evaluate_run, ablation_evaluate): the config's engine, local or
+    verl (rtpo/verl_ext/eval_servers.py). Derived (it takes `input`), so it stays out of the params
+    fingerprint: the engine is already in each job's `settings` (eval_settings)."""
+    return config["engine"]
+
+
 def config_path(wildcards, input):
     """The `params: config=` of every rule that runs `rtpo`.
 
