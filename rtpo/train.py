@@ -57,8 +57,10 @@ def update_config(train: dict[str, Any]) -> UpdateConfig:
 def build_engine(model_dir: str | Path, cfg: dict[str, Any], seed: int, reference: bool):
     from rtpo.engine.local import LocalEngine
 
-    torch.set_num_threads(int(cfg.get("model", {}).get("threads", 1) or 1))
-    return LocalEngine.from_pretrained(model_dir, seed=seed, reference=reference)
+    m = cfg.get("model", {})
+    torch.set_num_threads(int(m.get("threads", 1) or 1))
+    return LocalEngine.from_pretrained(model_dir, seed=seed, reference=reference,
+                                       device=str(m.get("device", "auto")), dtype=str(m.get("dtype", "auto")))
 
 
 def seed_everything(seed: int) -> None:

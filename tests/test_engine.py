@@ -326,3 +326,26 @@ def test_update_reports_the_same_consistency_as_a_separate_pre_update_pass():
         e2 = tiny.engine(seed=6)
         st = e2.update(rows, UpdateConfig(lr=1e-3, mini_batches=mb))
         assert abs(st.ratio_mean - num / den) < 1e-5, (mb, st.ratio_mean, num / den)
+
+
+def test_device_and_dtype_are_resolved_and_checked():
+    """model.device / model.dtype: auto picks a GPU when torch sees one (bf16 there), else the CPU in
+    fp32; asking for CUDA without one, or an unknown name, is an error naming the key."""
+    from rtpo.engine.local import resolve_device
+
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    dev, dt = resolve_device("auto", "auto")
+    assert dev.type == want and dt == (torch.bfloat16 if want == "cuda" else torch.float32)
+    assert resolve_device("cpu", "bfloat16") == (torch.device("cpu"), torch.bfloat16)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="model.device = 'cuda'.*no CUDA"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="model.device = 'tpu'"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="model.dtype = 'fp8'"):
+        resolve_device("cpu", "fp8")
+    e = tiny.engine(device="cpu", dtype="bfloat16")   # bf16 inference copy, fp32 master weights
+    assert e.rollout_model.dtype == torch.bfloat16 and e.model.dtype == torch.float32
+    comps = e.sample(contexts(e.tokenizer), SamplingParams(max_new_tokens=6), seeds=[1, 2, 3, 4])
+    re = e.logprobs(contexts(e.tokenizer), [c.ids for c in comps], weights="inference")
+    assert max(abs(a - b) for c, r in zip(comps, re) for a, b in zip(c.logprobs, r)) < 0.1

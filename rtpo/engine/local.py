@@ -49,6 +49,24 @@ def build_tiny_qwen3(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4
     return model
 
 
+def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """(device, compute dtype) from the config's `model.device` (auto | cpu | cuda | cuda:N) and
+    `model.dtype` (auto | float32 | bfloat16). auto: the GPU when there is one, bf16 on a GPU, fp32 on a CPU."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"model.device = {device!r}, but torch sees no CUDA device (torch {torch.__version__})")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"model.device = {device!r}; expected auto | cpu | cuda | cuda:N")
+    dev = torch.device(device)
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if dtype == "auto":
+        return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+    if dtype not in names:
+        raise ValueError(f"model.dtype = {dtype!r}; expected auto | float32 | bfloat16")
+    return dev, names[dtype]
+
+
 def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
     """Load any Hugging Face causal-LM directory (weights + tokenizer), offline."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -80,20 +98,25 @@ def decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.
 
 class LocalEngine:
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, seed: int = 0,
-                 reference: bool = True, autocast_bf16: bool = False,
+                 reference: bool = True, autocast_bf16: bool = False, device: str = "cpu", dtype: str = "auto",
                  sample_batch: int = 256, sample_cache_mb: int = 1024, max_context: int | None = None) -> None:
+        """device / dtype: see `resolve_device`. The training weights stay fp32 (AdamW's master copy);
+        with a bf16 compute dtype, forwards run under bf16 autocast and the inference and reference
+        copies are held in bf16 (then sampled and recomputed logprobs agree to bf16 precision only:
+        the exact fp32 equality the CPU tests check needs dtype float32)."""
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token")
+        self.device, self.dtype = resolve_device(device, dtype)
         self.tokenizer = tokenizer
-        self.model = model.float()
+        self.model = model.float().to(self.device)
         self.model.config.use_cache = True
-        self.rollout_model = copy.deepcopy(self.model).eval()
-        self.ref_model = copy.deepcopy(self.model).eval() if reference else None
+        self.rollout_model = copy.deepcopy(self.model).to(self.dtype).eval()
+        self.ref_model = copy.deepcopy(self.model).to(self.dtype).eval() if reference else None
         for m in (self.rollout_model, self.ref_model):
             if m is not None:
                 m.requires_grad_(False)
         self.max_context = int(max_context or model.config.max_position_embeddings)
-        self.autocast_bf16 = autocast_bf16
+        self.autocast_bf16 = autocast_bf16 or self.dtype == torch.bfloat16
         self.sample_batch = sample_batch          # rows decoded together at most
         self.sample_cache_mb = sample_cache_mb    # and their KV cache at most this size
         self.share_min_saving = 0.15              # score shared prompts once when that saves >= 15 % of tokens
@@ -116,7 +139,7 @@ class LocalEngine:
         return cls(model, tok, **kw)
 
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast_bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast_bf16)
 
     def _check_contexts(self, contexts: list[list[int]]) -> None:
         if not contexts:
@@ -244,15 +267,16 @@ class LocalEngine:
                     gather_pos[i, :len(r)] = torch.arange(len(p) - 1, len(p) - 1 + len(r))
                 # Right padding under causal attention: a real position never sees a later (padding)
                 # key, so no padding mask is needed and SDPA takes its fused causal kernel.
-                hidden = decoder(input_ids=ids).last_hidden_state                              # (B, L, H)
+                hidden = decoder(input_ids=ids.to(self.device)).last_hidden_state              # (B, L, H)
+                gather_pos = gather_pos.to(self.device)
                 hidden = hidden.gather(1, gather_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
             logits = head(hidden).float()                                                      # (B, T, V)
         if temperature > 0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, tgt[:, :, None]).squeeze(-1)
+        logp = logp_all.gather(-1, tgt.to(self.device)[:, :, None]).squeeze(-1)
         ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
-        return logp, mask, ent
+        return logp, mask.to(self.device), ent
 
     @torch.no_grad()
     def logprobs(self, contexts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
@@ -270,6 +294,7 @@ class LocalEngine:
             if not mb:
                 continue
             logp, _, _ = self._forward_logprobs(model, [contexts[i] for i in mb], [completions[i] for i in mb], temperature)
+            logp = logp.cpu()
             for j, i in enumerate(mb):
                 out[i] = logp[j, :len(completions[i])].tolist()
         model.train(was_training)
@@ -328,10 +353,11 @@ class LocalEngine:
                         self.model, [r.prompt_ids for r in mr], [r.response_ids for r in mr], temperature,
                         with_entropy=cfg.entropy_coef > 0)
                     if epoch == 0 and mi == 0:
-                        det = logp.detach()
+                        det = logp.detach().cpu()
                         consistency(mr, [det[j, :len(r.response_ids)].tolist() for j, r in enumerate(mr)])
                     T = logp.shape[1]
-                    pad = lambda xs, v=0.0: torch.tensor([x + [v] * (T - len(x)) for x in xs], dtype=torch.float)
+                    pad = lambda xs, v=0.0: torch.tensor([x + [v] * (T - len(x)) for x in xs], dtype=torch.float,
+                                                         device=self.device)
                     mask = pad([list(map(float, r.mask)) for r in mr]) * pad_mask
                     old = pad([r.old_logprobs for r in mr])
                     adv = pad([r.advantages for r in mr])
@@ -369,12 +395,12 @@ class LocalEngine:
                                                    [r.response_ids for r in rows], temperature)
         logp.retain_grad()
         T = logp.shape[1]
-        pad = lambda xs: torch.tensor([x + [0.0] * (T - len(x)) for x in xs], dtype=torch.float)
+        pad = lambda xs: torch.tensor([x + [0.0] * (T - len(x)) for x in xs], dtype=torch.float, device=self.device)
         mask = pad([list(map(float, r.mask)) for r in rows]) * pad_mask
         pg, _ = L.ppo_clip_loss(logp, pad([r.old_logprobs for r in rows]), pad([r.advantages for r in rows]),
                                 cfg.clip_low, cfg.clip_high, cfg.dual_clip_c)
         (L.masked_sum(pg, mask) / max(n_tok, 1.0)).backward()
-        grads = [logp.grad[i, :len(r.response_ids)].tolist() for i, r in enumerate(rows)]
+        grads = [logp.grad[i, :len(r.response_ids)].cpu().tolist() for i, r in enumerate(rows)]
         self.model.zero_grad(set_to_none=True)
         return grads
 
@@ -412,13 +438,13 @@ class LocalEngine:
         f = Path(path) / "engine.pt"
         if not f.exists():
             raise FileNotFoundError(f"no engine checkpoint at {f}")
-        st = torch.load(f, weights_only=False)
+        st = torch.load(f, weights_only=False, map_location=self.device)
         self.model.load_state_dict(st["model"])
         self.rollout_model.load_state_dict(st["rollout_model"])
         self._refresh_decoder()
         self.optimizer.load_state_dict(st["optimizer"])
         self.weight_version, self.train_version = st["weight_version"], st["train_version"]
-        torch.set_rng_state(st["rng"]["torch"])
+        torch.set_rng_state(st["rng"]["torch"].cpu())
         random.setstate(st["rng"]["python"])
         np.random.set_state(st["rng"]["numpy"])
         self.seed_gen.setstate(st["rng"]["seed_gen"])
