@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
+from rtpo.progress import progress as tqdm
 
 from rtpo.context import apply_psi, split_turns
 

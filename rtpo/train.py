@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
+from rtpo.progress import progress as tqdm
 
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig

@@ -144,7 +144,7 @@ def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Pa
     rows = []
     tasks = train[:n_expert]
     if progress:
-        from tqdm import tqdm
+        from rtpo.progress import progress as tqdm
         tasks = tqdm(tasks, desc=f"{kind} experts")
     for t in tasks:
         env = make_env(t, **env_cfg)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from rtpo.progress import progress as tqdm
 
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
+from rtpo.progress import progress as tqdm
 
 from rtpo.report.load import Results, load_results
 

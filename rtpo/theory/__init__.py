@@ -43,7 +43,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
     args = parser.parse_args(argv)
 
-    from tqdm import tqdm
+    from rtpo.progress import progress as tqdm
 
     from rtpo.theory.checks import STAGES, TheoryConfig, run_all, write_outputs
 
