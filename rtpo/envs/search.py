@@ -6,7 +6,9 @@ Metrics: {"em", "f1", "hit"}; "hit" is the paper's output-hit over all assistant
 
 Corpus: `corpus=` given to the constructor, else from the task's meta: "corpus_path" (a
 corpus.jsonl) or "corpus_seed" (the embedded KB, `rtpo.data.corpus_for("search", seed)`). The
-BM25 index is shared between envs through `rtpo.tools.search.get_index`.
+BM25 index is shared between envs through `rtpo.tools.search.get_index`. Paper scale: a task's
+meta "retriever" (a backend spec, `rtpo.tools.search.make_retriever`) takes precedence; a search
+that backend cannot answer is an ``Error: ...`` observation and a tool error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from rtpo.envs import ToolEnv
 from rtpo.envs.base import Task
 from rtpo.eval.metrics import qa_scores
 from rtpo.tools.parse import ToolCall, strip_think
-from rtpo.tools.search import SEARCH_SPEC, BM25Index, format_hits, get_index, load_corpus
+from rtpo.retrieval.core import RetrievalError
+from rtpo.tools.search import SEARCH_SPEC, BM25Index, format_hits, get_index, load_corpus, retriever_for
 
 __all__ = ["SearchEnv", "extract_answer", "index_for_task"]
 
@@ -35,6 +38,8 @@ def extract_answer(text: str) -> str | None:
 def index_for_task(task: Task) -> BM25Index:
     """The shared BM25 index of the corpus named in task.meta (see the module docstring)."""
     meta = task.meta or {}
+    if "retriever" in meta:
+        return retriever_for(meta["retriever"])
     if "corpus_path" in meta:
         path = os.path.abspath(meta["corpus_path"])
         if not os.path.exists(path):
@@ -73,7 +78,10 @@ class SearchEnv(ToolEnv):
         query = call.arguments["query"].strip()
         if not query:
             return "Error: empty query.", False
-        return format_hits(self._index.search(query, self.top_k)), True
+        try:
+            return format_hits(self._index.search(query, self.top_k)), True
+        except RetrievalError as e:
+            return f"Error: search failed ({e}).", False
 
     def _finish(self, text: str, truncated: bool) -> tuple[float, str | None, dict[str, float]]:
         answer = None if truncated else extract_answer(text)

@@ -7,11 +7,26 @@ passage id, and passages with score 0 (no query term in common) are dropped.
 
 Indexes are expensive relative to a tool call, so `get_index` caches one per corpus key; every
 search env on the same corpus shares it (building ~500 short passages takes a few ms).
+
+Paper scale: `make_retriever(spec)` builds the backend a task's ``meta["retriever"]`` names (the data
+job writes it from the config's `data.search.retriever` / `web`; rtpo.retrieval has the parts):
+
+  {"kind": "bm25", "corpus": path}           in-process BM25Index over a corpus.jsonl (the CPU default's kind)
+  {"kind": "bm25_index", "index": dir}       a saved bm25s index, memory-mapped in this process
+  {"kind": "http", "url": u, "topk": k}      a `/retrieve` server (Search-R1's protocol); url "auto" with
+                                             "index": dir starts one server per node on demand
+  {"kind": "serpapi", "key_env": VAR}        web search (SerpAPI, Google), key from the environment
+
+plus, for any kind, "cache": dir (persistent results per (backend, query, topk): every method and
+seed sees the same passages for the same query), "timeout_s", "retries". Every backend's `search`
+returns passages in the order above; failures raise rtpo.retrieval.core.RetrievalError, which the
+search env turns into an error observation and a tool error.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +36,8 @@ import numpy as np
 
 from rtpo.tools.parse import ToolSpec
 
-__all__ = ["SEARCH_SPEC", "BM25Index", "get_index", "load_corpus", "format_hits"]
+__all__ = ["SEARCH_SPEC", "BM25Index", "get_index", "load_corpus", "format_hits", "make_retriever",
+           "retriever_for"]
 
 SEARCH_SPEC = ToolSpec("search", "search the knowledge base; returns the top passages", {"query": "string"})
 
@@ -62,14 +78,11 @@ class BM25Index:
         toks = _tokenize([query])[0]
         if not toks:
             return []
+        from rtpo.retrieval.core import top_k_order
+
         scores = self._bm25.get_scores(toks)
-        order = np.lexsort((self._id_rank, -scores))  # last key is primary: score desc, then id
-        out = []
-        for i in order[:k]:
-            if scores[i] <= 0:
-                break
-            out.append({**self.passages[i], "score": float(scores[i])})
-        return out
+        # score desc, then id; the same rule as rtpo.retrieval's saved index and server
+        return [{**self.passages[i], "score": float(scores[i])} for i in top_k_order(scores, self._id_rank, k)]
 
 
 def format_hits(hits: list[dict]) -> str:
@@ -114,3 +127,55 @@ def get_index(key: tuple, load: Callable[[], Sequence[dict]]) -> BM25Index:
         if idx is None:
             idx = _CACHE[key] = BM25Index(load())
         return idx
+
+
+RETRIEVER_KINDS = ("bm25", "bm25_index", "http", "serpapi")
+_RETRIEVERS: dict[str, object] = {}
+
+
+def make_retriever(spec: dict):
+    """A backend for `spec` (see the module docstring): an object with ``search(query, k)`` and ``name``."""
+    from rtpo.retrieval.core import ResultCache
+
+    spec = dict(spec)
+    kind = spec.get("kind")
+    known = {"kind", "cache", "timeout_s", "retries", "topk", "corpus", "index", "url", "key_env", "endpoint",
+             "engine", "backoff_s", "name"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"retriever {spec}: unknown key(s) {unknown}; known: {sorted(known)}")
+    if kind == "bm25":
+        path = os.path.abspath(spec["corpus"])
+        backend = get_index(("file", path, os.path.getmtime(path)), lambda: load_corpus(path))
+        backend.name = f"bm25-memory:{path}"
+    elif kind == "bm25_index":
+        from rtpo.retrieval.index import DiskBM25Index
+        backend = DiskBM25Index(spec["index"])
+    elif kind == "http":
+        from rtpo.retrieval.client import HttpRetriever
+        if "url" not in spec:
+            raise ValueError(f"retriever {spec}: kind http needs 'url' (http://host:port, or 'auto' with 'index')")
+        backend = HttpRetriever(spec["url"], index=spec.get("index"), topk=spec.get("topk"),
+                                timeout=float(spec.get("timeout_s", 10.0)), retries=int(spec.get("retries", 2)),
+                                name=spec.get("name"))
+    elif kind == "serpapi":
+        from rtpo.retrieval.web import make_web_backend
+        backend = make_web_backend(spec)
+    else:
+        raise ValueError(f"retriever {spec}: unknown kind {kind!r}; known: {', '.join(RETRIEVER_KINDS)}")
+    if spec.get("cache"):
+        from rtpo.retrieval.client import CachedRetriever
+        return CachedRetriever(backend, ResultCache(spec["cache"]), name=spec.get("name"), topk=spec.get("topk"))
+    return backend
+
+
+def retriever_for(spec: dict):
+    """The process-wide backend of `spec` (one client, index or cache per distinct spec)."""
+    key = json.dumps(spec, sort_keys=True)
+    with _LOCK:
+        r = _RETRIEVERS.get(key)
+    if r is None:
+        r = make_retriever(spec)
+        with _LOCK:
+            r = _RETRIEVERS.setdefault(key, r)
+    return r

@@ -1,19 +1,27 @@
 """Task data: `rtpo data` per task (docs/ARCHITECTURE.md).
 
 CPU configs: the embedded generators and scripted experts (seeded, disjoint train/eval splits).
-Paper scale: the benchmark downloads and adapters of rtpo.data (data.<task>.train / .benchmarks).
-Writes results/data/<task>/{train,eval,experts}.jsonl, plus corpus.jsonl for search (read by the
-search env at paper scale; the embedded corpus is rebuilt from the seed, so it is not declared).
+Paper scale: rtpo.data.paper (data.<task>.train / .benchmarks): pinned downloads, the adapters,
+decontamination against every benchmark of the config, the search backend of each task.
+Writes results/data/<task>/{train,eval,experts}.jsonl; CPU search also corpus.jsonl (the embedded
+corpus is rebuilt from the seed, so it is not declared); paper scale also decontamination.{json,md},
+sources.json and not_run.json (deep-search benchmarks without a web-search key).
 """
 
 
+include: "paper_data.smk"
+include: "retrieval.smk"
+
+
 rule prepare_data:
+    input:
+        unpack(lambda wildcards: retrieval_inputs(wildcards.task)),
     output:
         train="results/data/{task}/train.jsonl",
         eval="results/data/{task}/eval.jsonl",
         experts="results/data/{task}/experts.jsonl",
     params:
-        settings=lambda wildcards: fingerprint(data_settings(wildcards.task)),
+        settings=lambda wildcards: fingerprint(prepare_settings(wildcards.task)),
         config=config_path,
     log:
         "results/logs/data/{task}.log",

@@ -1,0 +1,211 @@
+"""The HTTP backend of the search tool: a client of a `/retrieve` server (rtpo.retrieval.server,
+or any Search-R1-compatible one), with timeouts, retries and a server started on demand.
+
+`HttpRetriever(url=...)` talks to a running server. With ``url="auto"`` and an ``index`` directory
+the first search of a process makes sure that *one* server per node serves that index: under a
+per-node lock (``$RTPO_RETRIEVAL_RUNDIR`` or the node's temp dir, ``rtpo-retrieval-<uid>/<hash of the
+index path>/``) it reuses the server whose URL file answers /health, or starts
+``python -m rtpo.retrieval.server --index ... --port 0 --url-file ... --idle-exit 1800`` and waits
+for the port it reports. So the training and evaluation jobs that need a server start it (once per
+node: every process and Ray worker on the node shares it), nobody has to pick a port, and a dead
+server is replaced at the next search after a failure. Server log: ``server.log`` beside the URL file.
+
+Failures (refused connection, timeout, HTTP 5xx, malformed JSON) are retried `retries` times with
+exponential backoff, then raised as RetrievalError; the search env turns that into an error
+observation and a tool error, so the rollout goes on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rtpo.retrieval.core import ResultCache, RetrievalError, passage_from_document
+
+__all__ = ["HttpRetriever", "CachedRetriever", "ensure_server", "server_dir", "health"]
+
+_CHILDREN: list[subprocess.Popen] = []  # servers this process started (polled, so none stays a zombie)
+
+
+def health(url: str, timeout: float = 2.0) -> dict | None:
+    """The server's /health answer, or None if it does not answer."""
+    u = urlsplit(url)
+    try:
+        conn = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+        conn.request("GET", "/health")
+        r = conn.getresponse()
+        body = r.read()
+        conn.close()
+        return json.loads(body) if r.status == 200 else None
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+
+
+def server_dir(index: str | Path) -> Path:
+    root = Path(os.environ.get("RTPO_RETRIEVAL_RUNDIR") or tempfile.gettempdir()) / f"rtpo-retrieval-{os.getuid()}"
+    return root / hashlib.sha256(str(Path(index).resolve()).encode()).hexdigest()[:16]
+
+
+def ensure_server(index: str | Path, start_timeout: float = 900.0, idle_exit: float = 1800.0) -> str:
+    """The URL of this node's server for `index`, starting one if none answers (see module docstring)."""
+    for p in list(_CHILDREN):
+        if p.poll() is not None:
+            _CHILDREN.remove(p)
+    d = server_dir(index)
+    d.mkdir(parents=True, exist_ok=True)
+    url_file = d / "url"
+    with open(d / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if url_file.exists():
+            url = url_file.read_text().strip()
+            if url and health(url):
+                return url
+            url_file.unlink()
+        log_path = d / "server.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rtpo.retrieval.server", "--index", str(Path(index).resolve()),
+                 "--port", "0", "--url-file", str(url_file), "--idle-exit", str(idle_exit)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        _CHILDREN.append(proc)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < start_timeout:
+            if url_file.exists():
+                url = url_file.read_text().strip()
+                if health(url, timeout=5.0):
+                    print(f"rtpo-retrieval: started server pid {proc.pid} on {url} for {index} "
+                          f"(log {log_path})", file=sys.stderr, flush=True)
+                    return url
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-1500:]
+                raise RetrievalError(f"the retrieval server for {index} exited with code {proc.returncode}; "
+                                     f"log {log_path}:\n{tail}")
+            time.sleep(0.2)
+        raise RetrievalError(f"the retrieval server for {index} did not answer within {start_timeout:.0f} s "
+                             f"(log {log_path})")
+
+
+class HttpRetriever:
+    """search(query, k) against a `/retrieve` server; one keep-alive connection per thread.
+
+    url:      "http://host:port" of a running server, or "auto" (needs `index`: see ensure_server)
+    topk:     passages per query; when set it overrides the k the caller passes
+    timeout:  seconds per request (connect and read); retries: extra attempts after a failure
+    """
+
+    def __init__(self, url: str, index: str | Path | None = None, topk: int | None = None,
+                 timeout: float = 10.0, retries: int = 2, backoff: float = 0.25, name: str | None = None,
+                 start_timeout: float = 900.0):
+        if url == "auto" and index is None:
+            raise ValueError("retriever kind http: url 'auto' needs 'index' (the index the server loads)")
+        if url != "auto" and urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"retriever kind http: url must be http(s)://host:port or 'auto', got {url!r}")
+        self.spec_url, self.index = url, index
+        self.topk = int(topk) if topk else None
+        self.timeout, self.retries, self.backoff = float(timeout), int(retries), float(backoff)
+        self.start_timeout = start_timeout
+        self.name = name or (f"http-index:{Path(index).resolve()}" if index else f"http:{url}")
+        self._url: str | None = None if url == "auto" else url
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.requests = 0
+
+    def url(self) -> str:
+        with self._lock:
+            if self._url is None:
+                self._url = ensure_server(self.index, start_timeout=self.start_timeout)
+            return self._url
+
+    def _conn(self, url: str) -> http.client.HTTPConnection:
+        c = getattr(self._local, "conn", None)
+        if c is None or getattr(self._local, "url", None) != url:
+            if c is not None:
+                c.close()
+            u = urlsplit(url)
+            cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+            c = cls(u.hostname, u.port or (443 if u.scheme == "https" else 80), timeout=self.timeout)
+            self._local.conn, self._local.url = c, url
+        return c
+
+    def _drop_conn(self) -> None:
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            c.close()
+        self._local.conn = None
+
+    def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
+        """One /retrieve request (with retries) -> passages per query."""
+        body = json.dumps({"queries": queries, "topk": int(topk), "return_scores": True}).encode()
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                url = self.url()
+            except RetrievalError as e:
+                last = str(e)
+                continue
+            try:
+                c = self._conn(url)
+                c.request("POST", "/retrieve", body=body, headers={"Content-Type": "application/json"})
+                r = c.getresponse()
+                raw = r.read()
+                self.requests += 1
+            except (OSError, http.client.HTTPException) as e:  # refused, reset, timeout
+                self._drop_conn()
+                last = f"{type(e).__name__}: {e}"
+                continue
+            if r.status >= 500:
+                last = f"HTTP {r.status}: {raw[:200].decode(errors='replace')}"
+                continue
+            if r.status != 200:
+                raise RetrievalError(f"retrieval server {url}: HTTP {r.status}: {raw[:300].decode(errors='replace')}")
+            try:
+                result = json.loads(raw)["result"]
+                if not isinstance(result, list) or len(result) != len(queries):
+                    raise ValueError(f"'result' has {len(result) if isinstance(result, list) else 'no'} lists "
+                                     f"for {len(queries)} queries")
+                return [[passage_from_document(item["document"], item.get("score")) if "document" in item
+                         else passage_from_document(item) for item in hits] for hits in result]
+            except (ValueError, KeyError, TypeError) as e:
+                last = f"malformed response ({type(e).__name__}: {e})"
+                continue
+        if self.spec_url == "auto":
+            with self._lock:
+                self._url = None  # look for (or start) a server again at the next search
+        raise RetrievalError(f"retrieval server {self._url or self.spec_url} failed after "
+                             f"{self.retries + 1} attempts: {last}")
+
+    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
+        return self.retrieve([query], self.topk or k)[0]
+
+
+class CachedRetriever:
+    """Any backend plus the persistent ResultCache: a cached (backend, query, topk) is never asked
+    again; failures are not cached."""
+
+    def __init__(self, backend: Any, cache: ResultCache, name: str | None = None, topk: int | None = None):
+        self.backend, self.cache = backend, cache
+        self.name = name or getattr(backend, "name", type(backend).__name__)
+        self.topk = topk
+
+    def __len__(self) -> int:
+        return len(self.backend)
+
+    def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
+        k = self.topk or k
+        hits = self.cache.get(self.name, query, k)
+        if hits is None:
+            hits = self.cache.put(self.name, query, k, self.backend.search(query, k))
+        return [dict(h) for h in hits]
