@@ -75,6 +75,21 @@ def test_paper_eval_server_overrides_compose_with_verl(tmp_path):
         eval_overrides(cfg, _model_dir(tmp_path), seed=0, cpu=False, max_new_tokens=4096)
 
 
+def test_gpu_smoke_eval_config_composes_with_verl(tmp_path):
+    """scripts/gpu_smoke.sh's evaluation (no GPU here to run it): config/paper.yaml fitted to the
+    smoke's GPUs and model gives valid vLLM server overrides."""
+    from rtpo.verl_ext.eval_servers import compose, eval_overrides
+    from rtpo.verl_ext.gpu_smoke import eval_config
+
+    model = _model_dir(tmp_path, max_position=4096)
+    cfg = eval_config(1, model)
+    r = compose(eval_overrides(cfg, model, seed=0, cpu=False, max_new_tokens=4096)).actor_rollout_ref.rollout
+    assert (r.name, r.tensor_model_parallel_size, r.n_gpus_per_node, r.max_model_len) == ("vllm", 1, 1, 4096)
+    assert r.response_length == 4095 and r.dtype == "bfloat16"
+    cfg8 = eval_config(8, model)["verl"]
+    assert (cfg8["tensor_parallel_size"], cfg8["eval_replicas"]) == (2, 4)
+
+
 def test_eval_servers_need_the_gpus_the_config_asks_for():
     from rtpo.verl_ext.eval_servers import check_gpus
 

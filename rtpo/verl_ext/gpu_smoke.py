@@ -7,6 +7,12 @@ runs `rtpo train --engine verl` for a few RTPO steps on one GPU. Then prints, pe
 the measured rollout-training ratio and KL(rollout || train) on the trained tokens, and the
 generation throughput. Nothing is tuned: it checks that the GPU path runs and that on-policy
 siblings have ratio ~1 (vLLM bf16 sampling vs FSDP bf16/fp32 training: expect |ratio - 1| ~ 1e-2).
+
+Then a paper-config evaluation (`eval_smoke`: config/paper.yaml's K, 4096-token turns, psi, samples,
+temperature, bf16, tensor parallel and max_model_len) of a few problems per task through
+`rtpo evaluate --engine verl` (standalone vLLM servers), printing trajectories/s and generated
+tokens/s per task: the figure the Slurm profile's evaluation runtime is derived from
+(workflow/profiles/slurm/README.md). `--eval-model results/models/Qwen3-8B` measures the real model.
 """
 
 from __future__ import annotations
@@ -77,6 +83,53 @@ def report(metrics: Path) -> list[str]:
     return lines
 
 
+def eval_config(gpus: int, model: Path) -> dict:
+    """config/paper.yaml as evaluation runs it (K, 4096-token turns, psi qwen3, k samples at temperature 1,
+    vLLM in bf16, tensor_parallel_size, max_model_len), on the GPUs this smoke has."""
+    from rtpo.config import ROOT, load_config
+    from rtpo.verl_ext.eval_servers import model_positions
+
+    cfg = load_config(ROOT / "config" / "paper.yaml")
+    v = cfg["verl"]
+    tp = max(1, min(int(v.get("tensor_parallel_size", 1)), gpus))
+    v.update(device="cuda", tensor_parallel_size=tp, eval_replicas=max(1, gpus // tp))
+    v["max_model_len"] = min(int(v.get("max_model_len") or 1 << 30), model_positions(model))
+    return cfg
+
+
+def eval_smoke(out: Path, model: Path, problems: int, gpus: int) -> tuple[int, list[str]]:
+    """A paper-config evaluation of `problems` problems per task on vLLM (`rtpo evaluate --engine verl`:
+    standalone servers, ServerEngine + Roller): per task, trajectories and generated tokens per second.
+    Problems: the first of results/data/<task>/eval.jsonl when the data rules made it, else embedded ones."""
+    from rtpo.config import ROOT
+    from rtpo.data import generate_tasks, read_tasks
+    from rtpo.eval.evaluate import evaluate
+
+    cfg = eval_config(gpus, model)
+    v = cfg["verl"]
+    lines, rc = [], 0
+    for task in cfg["tasks"]:
+        real = ROOT / "results" / "data" / task / "eval.jsonl"
+        tasks = read_tasks(real)[:problems] if real.exists() else generate_tasks(task, problems, 0, "eval")
+        ev = out / "eval" / f"{task}.eval.jsonl"
+        ev.parent.mkdir(parents=True, exist_ok=True)
+        ev.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+        try:
+            res = evaluate(model, "rtpo", task, cfg, 0, ev, out / "eval" / f"{task}.json", engine="verl")
+        except Exception as e:  # noqa: BLE001 - report every task, then fail
+            rc = 1
+            lines.append(f"eval {task}: FAILED: {type(e).__name__}: {e}")
+            continue
+        th, o = res["throughput"], res["overall"]
+        lines.append(f"eval {task}: {len(tasks)} problems x {res['k']} samples on {gpus} GPU(s) "
+                     f"(tp {v['tensor_parallel_size']} x {v['eval_replicas']} replicas, max_model_len {v['max_model_len']}): "
+                     f"{th['generated_tokens']} tokens in {th['rollout_s']:.1f} s = {th['generated_tokens_per_s']:.0f} tok/s "
+                     f"({th['generated_tokens_per_s'] / gpus:.0f} per GPU), {th['trajectories_per_s']:.2f} traj/s, "
+                     f"server start-up {th['startup_s']:.0f} s, pass@1 {o['pass@1']}, "
+                     f"response tokens/traj {o['response_tokens']}")
+    return rc, lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="results/gpu_smoke")
@@ -84,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--eval-problems", type=int, default=4,
+                   help="problems per task of the paper-config evaluation on vLLM (0: skip it)")
+    p.add_argument("--eval-model", default=None,
+                   help="model directory to evaluate (e.g. results/models/Qwen3-8B); default: the smoke's model")
+    p.add_argument("--skip-train", action="store_true", help="only the evaluation")
     a = p.parse_args(argv)
     import torch
 
@@ -103,17 +161,27 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model = build_model(out / "model", a.size)
-    tasks = [Task(id=f"toy-{i}", kind="toy", question=f"Say yes or no, round {i}.", answers=["yes"])
-             for i in range(4 * a.prompts)]
-    (out / "train.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
-    args = types.SimpleNamespace(method="rtpo", task="toy", seed=0, out=str(out / "run"), model=str(model),
-                                 train_file=str(out / "train.jsonl"))
-    rc = train_verl(args, smoke_config(a.steps, a.prompts, a.gpus))
-    print(f"gpu_smoke: model {a.size}, {a.steps} RTPO steps, {a.prompts} prompts/step, wall "
-          f"{time.perf_counter() - t0:.0f} s, verl exit {rc}")
-    metrics = out / "run" / "metrics.jsonl"
-    if metrics.exists():
-        print("\n".join(report(metrics)))
+    rc = 0
+    if not a.skip_train:
+        tasks = [Task(id=f"toy-{i}", kind="toy", question=f"Say yes or no, round {i}.", answers=["yes"])
+                 for i in range(4 * a.prompts)]
+        (out / "train.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+        args = types.SimpleNamespace(method="rtpo", task="toy", seed=0, out=str(out / "run"), model=str(model),
+                                     train_file=str(out / "train.jsonl"))
+        rc = train_verl(args, smoke_config(a.steps, a.prompts, a.gpus))
+        print(f"gpu_smoke: model {a.size}, {a.steps} RTPO steps, {a.prompts} prompts/step, wall "
+              f"{time.perf_counter() - t0:.0f} s, verl exit {rc}")
+        metrics = out / "run" / "metrics.jsonl"
+        if metrics.exists():
+            print("\n".join(report(metrics)))
+    if a.eval_problems > 0:
+        t1 = time.perf_counter()
+        em = Path(a.eval_model) if a.eval_model else model
+        erc, lines = eval_smoke(out, em, a.eval_problems, a.gpus)
+        print(f"gpu_smoke: paper-config evaluation of {em} on vLLM, {a.eval_problems} problems per task, "
+              f"wall {time.perf_counter() - t1:.0f} s")
+        print("\n".join(lines))
+        rc = rc or erc
     return rc
 
 

@@ -1,0 +1,80 @@
+"""Evaluation throughput of the two sampling paths side by side (issue 15): `rtpo evaluate --engine
+local` (LocalEngine in this process) and `--engine verl` (verl's rollout servers in standalone mode;
+on CPU the harness's HF rollout server, on a GPU vLLM), on the same model, eval split and config.
+
+Prints trajectories/s and generated tokens/s of the rollout phase (server start-up separately), and
+whether both paths sampled the same tokens (they do at temperature 0 on CPU). A benchmark, not a test:
+
+    .venv/bin/python scripts/bench_eval.py --problems 12 --samples 2 --temperature 0 --threads 2
+
+Default model: results/models/base (the embedded warm start) when the pipeline made it, else a random
+tiny Qwen3 with this repo's small tokenizer (scripts outputs under /tmp/rtpo-bench-eval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None)
+    p.add_argument("--task", default="math", choices=["math", "search", "airline"])
+    p.add_argument("--problems", type=int, default=12)
+    p.add_argument("--samples", type=int, default=2)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the config's")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the local engine and the HF server")
+    p.add_argument("--config", default=str(ROOT / "config" / "config.yaml"))
+    p.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rtpo-bench-eval"))
+    a = p.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ["RTPO_HF_SERVER_THREADS"] = str(a.threads)
+    from rtpo.config import load_config
+    from rtpo.data import generate_tasks
+    from rtpo.eval.evaluate import evaluate
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(a.model) if a.model else ROOT / "results" / "models" / "base"
+    if not (model / "config.json").exists():
+        from rtpo.verl_ext.gpu_smoke import build_model
+
+        model = build_model(out / "model", "tiny")
+    cfg = load_config(a.config)
+    cfg["eval"] = {"samples": a.samples, "temperature": a.temperature}
+    cfg["model"]["threads"] = a.threads
+    if a.max_new_tokens:
+        cfg["env"][a.task]["max_new_tokens"] = a.max_new_tokens
+    cfg["verl"] = {**(cfg.get("verl") or {}), "device": "cpu"}
+    ev = out / "eval.jsonl"
+    ev.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in generate_tasks(a.task, a.problems, 0, "eval")))
+    res, dumps = {}, {}
+    for engine in ("local", "verl"):
+        traj = out / f"{engine}.traj.jsonl"
+        res[engine] = evaluate(model, "vanilla", a.task, cfg, 0, ev, out / f"{engine}.json", engine=engine,
+                               trajectories=traj)
+        dumps[engine] = [[u["action_ids"] for u in json.loads(x)["turns"]] for x in traj.read_text().splitlines()]
+    same = sum(x == y for x, y in zip(dumps["local"], dumps["verl"]))
+    print(f"model {model}, task {a.task}: {a.problems} problems x {a.samples} samples, temperature "
+          f"{a.temperature}, {a.threads} threads")
+    print(f"{'engine':<8} {'traj/s':>8} {'gen tok/s':>10} {'tokens':>8} {'rollout s':>10} {'start-up s':>11}")
+    for engine, r in res.items():
+        th = r["throughput"]
+        print(f"{engine:<8} {th['trajectories_per_s']:>8.2f} {th['generated_tokens_per_s']:>10.0f} "
+              f"{th['generated_tokens']:>8} {th['rollout_s']:>10.2f} {th['startup_s']:>11.1f}")
+    print(f"identical trajectories: {same}/{len(dumps['local'])}; pass@1 local {res['local']['overall']['pass@1']} "
+          f"verl {res['verl']['overall']['pass@1']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
