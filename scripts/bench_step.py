@@ -31,8 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Runs inside the tree under test (its rtpo on sys.path); prints one JSON line.
 DRIVER = r'''
-import json, random, sys, time
+import json, random, resource, sys, time
 import torch
+def cpu_s():
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)   # tool-call sandboxes are child processes
+    return time.process_time() + c.ru_utime + c.ru_stime
 args = json.loads(sys.argv[1])
 torch.set_num_threads(args["threads"])
 from rtpo.config import load_config, method_settings
@@ -60,11 +63,11 @@ out = []
 for step in range(args["steps"]):
     batch = random.Random(f"{args['seed']}:{step}").sample(tasks, min(args["prompts"], len(tasks)))
     c0, p0 = ctx_tokens[0], getattr(engine, "prefilled_tokens", None)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_s()
     rec = algo.step(batch, step)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     p1 = getattr(engine, "prefilled_tokens", None)
-    out.append({"wall": wall, "generated": sum(rec.get("tokens", {}).values()),
+    out.append({"wall": wall, "cpu": cpu, "generated": sum(rec.get("tokens", {}).values()),
                 "prefilled": (p1 - p0) if p1 is not None else ctx_tokens[0] - c0,
                 "rollouts_per_prompt": rec.get("rollouts_per_prompt"), "time": rec.get("time", {})})
 print("RESULT " + json.dumps(out))
@@ -88,9 +91,10 @@ def run_once(tree: Path, a: argparse.Namespace, method: str, task: str) -> list[
 def summarise(steps: list[dict]) -> dict:
     warm = steps[1:] if len(steps) > 1 else steps
     wall = statistics.median(s["wall"] for s in warm)
+    cpu = statistics.median(s["cpu"] for s in warm)
     gen = statistics.median(s["generated"] for s in warm)
     pre = statistics.median(s["prefilled"] for s in warm)
-    return {"wall": wall, "generated": gen, "prefilled": pre, "tok_s": gen / wall,
+    return {"wall": wall, "cpu": cpu, "generated": gen, "prefilled": pre, "tok_s": gen / wall,
             "rpp": statistics.median((s["rollouts_per_prompt"] or 0) for s in warm)}
 
 
@@ -134,31 +138,36 @@ def main() -> None:
                     tag = f"old {old['wall']:.2f}s / " if old else ""
                     print(f"  {task}/{m} pair {r + 1}: {tag}new {new['wall']:.2f}s", flush=True)
                 rows[(task, m)] = pairs
-        print(f"\nstep wall-clock, {a.prompts} prompts per step, {a.threads} thread(s), median over steps 2..{a.steps} "
-              f"per process, {a.pairs} alternating pairs; old = {a.old_tree or a.old}")
-        hdr = f"{'task':8} {'method':10} {'old s':>7} {'new s':>7} {'speed-up (min-max)':>20} " \
-              f"{'gen old':>8} {'gen new':>8} {'prefill old':>11} {'prefill new':>11} {'tok/s old':>9} {'tok/s new':>9} {'rpp':>5}"
-        print(hdr)
+        print(f"\nper step, {a.prompts} prompts, {a.threads} thread(s), median over steps 2..{a.steps} of each "
+              f"process, {a.pairs} alternating pairs; old = {a.old_tree or a.old}; cpu = this process + its "
+              f"tool sandboxes (less sensitive to other load than wall)")
+        print(f"{'task':8} {'method':10} {'wall old':>8} {'wall new':>8} {'wall x (min-max)':>17} {'cpu old':>8} "
+              f"{'cpu new':>8} {'cpu x':>6} {'gen old':>8} {'gen new':>8} {'pre old':>8} {'pre new':>8} "
+              f"{'tok/s old':>9} {'tok/s new':>9} {'rpp':>5}")
+        med = lambda xs, k: statistics.median(x[k] for x in xs)
         for (task, m), pairs in rows.items():
             new = [p[1] for p in pairs]
-            med = lambda xs, k: statistics.median(x[k] for x in xs)
             if pairs[0][0] is not None:
                 old = [p[0] for p in pairs]
                 sp = [o["wall"] / n["wall"] for o, n in pairs]
-                print(f"{task:8} {m:10} {med(old, 'wall'):7.2f} {med(new, 'wall'):7.2f} "
-                      f"{statistics.median(sp):8.2f}x ({min(sp):.2f}-{max(sp):.2f}) "
-                      f"{med(old, 'generated'):8.0f} {med(new, 'generated'):8.0f} {med(old, 'prefilled'):11.0f} "
-                      f"{med(new, 'prefilled'):11.0f} {med(old, 'tok_s'):9.0f} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+                cp = [o["cpu"] / n["cpu"] for o, n in pairs]
+                print(f"{task:8} {m:10} {med(old, 'wall'):8.2f} {med(new, 'wall'):8.2f} "
+                      f"{statistics.median(sp):6.2f} ({min(sp):.2f}-{max(sp):.2f}) {med(old, 'cpu'):8.2f} "
+                      f"{med(new, 'cpu'):8.2f} {statistics.median(cp):6.2f} "
+                      f"{med(old, 'generated'):8.0f} {med(new, 'generated'):8.0f} {med(old, 'prefilled'):8.0f} "
+                      f"{med(new, 'prefilled'):8.0f} {med(old, 'tok_s'):9.0f} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
             else:
-                print(f"{task:8} {m:10} {'-':>7} {med(new, 'wall'):7.2f} {'-':>20} {'-':>8} {med(new, 'generated'):8.0f} "
-                      f"{'-':>11} {med(new, 'prefilled'):11.0f} {'-':>9} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+                print(f"{task:8} {m:10} {'-':>8} {med(new, 'wall'):8.2f} {'-':>17} {'-':>8} {med(new, 'cpu'):8.2f} "
+                      f"{'-':>6} {'-':>8} {med(new, 'generated'):8.0f} {'-':>8} {med(new, 'prefilled'):8.0f} "
+                      f"{'-':>9} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
         for task in a.tasks:
             if (task, "rtpo") in rows and (task, "grpo") in rows:
-                rt = [p[1]["wall"] for p in rows[(task, "rtpo")]]
-                gr = [p[1]["wall"] for p in rows[(task, "grpo")]]
-                ratios = [x / y for x, y in zip(rt, gr)]
-                print(f"{task}: RTPO / GRPO step wall-clock (new code) = {statistics.median(rt) / statistics.median(gr):.2f} "
-                      f"(pairwise {min(ratios):.2f}-{max(ratios):.2f}; paper G.4: 1.41)")
+                for k in ("wall", "cpu"):
+                    rt = [p[1][k] for p in rows[(task, "rtpo")]]
+                    gr = [p[1][k] for p in rows[(task, "grpo")]]
+                    ratios = [x / y for x, y in zip(rt, gr)]
+                    print(f"{task}: RTPO / GRPO step {k} (new code) = {statistics.median(rt) / statistics.median(gr):.2f} "
+                          f"(pairwise {min(ratios):.2f}-{max(ratios):.2f}; paper G.4: 1.41 wall-clock)")
     finally:
         if tmp:
             subprocess.run(["git", "worktree", "remove", "--force", str(old_tree)], cwd=ROOT, capture_output=True)
