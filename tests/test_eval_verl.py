@@ -129,6 +129,39 @@ def test_evaluate_bad_input_fails_at_start_naming_key_or_path(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_tool_calls_of_in_flight_trajectories_are_bounded():
+    """With every trajectory on its own thread, at most `slots` env steps (tool calls) run at once;
+    the wrapped env is otherwise the env itself."""
+    import threading
+    import time
+
+    from rtpo.eval.evaluate import BoundedSteps
+
+    state = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    class Slow:
+        max_turns = 3
+
+        def step(self, text):
+            with lock:
+                state["now"] += 1
+                state["max"] = max(state["max"], state["now"])
+            time.sleep(0.02)
+            with lock:
+                state["now"] -= 1
+            return text
+
+    slots = threading.BoundedSemaphore(2)
+    envs = [BoundedSteps(Slow(), slots) for _ in range(8)]
+    threads = [threading.Thread(target=e.step, args=("x",)) for e in envs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["max"] == 2 and envs[0].max_turns == 3 and envs[0].step("y") == "y"
+
+
 # ------------------------------------------------------------------ one launch of the CPU harness
 def _warm_model(out: Path) -> Path:
     """A tiny Qwen3 warm-started on 60 scripted math demonstrations (25 s): greedy decoding then

@@ -3,12 +3,20 @@
 k samples per eval task at the configured temperature, rolled out with the method's own context
 map psi. Benchmarks are the eval tasks grouped by `source` and `tier` (embedded: "embedded-math-easy", ...;
 paper scale: the real benchmark names from the adapters).
+
+Two samplers, one rollout (rtpo.rollout.Roller: envs, tools, psi, metrics): `--engine local`
+(LocalEngine in this process, CHUNK trajectories at a time) or `--engine verl` (verl's rollout servers
+in standalone mode, vLLM on GPUs: rtpo/verl_ext/eval_servers.py; every trajectory in flight at once,
+each on its own thread, tool calls bounded by `tool_slots`). Each trajectory's requests carry their own
+seeds (from the eval seed, the trajectory and the turn), so a rerun samples the same.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import threading
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -17,6 +25,7 @@ from typing import Any
 
 from rtpo.progress import progress as tqdm
 
+from rtpo.atomic import atomic_write_text
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams
 from rtpo.eval.metrics import aggregate_pass_at_k, trajectory_stats
@@ -85,6 +94,30 @@ def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) 
     return [f.result()[0] for f in futs]
 
 
+class BoundedSteps:
+    """An env whose `step` (where tool calls run: sandbox subprocesses, retrieval requests) waits for a
+    slot of `slots`: with thousands of trajectories in flight on rollout servers, at most that many
+    tool calls run at once. Everything else is the wrapped env's."""
+
+    def __init__(self, env: Any, slots: threading.BoundedSemaphore) -> None:
+        self._env, self._slots = env, slots
+
+    def step(self, text: str):
+        with self._slots:
+            return self._env.step(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+def tool_slots() -> int:
+    """Concurrent tool calls of an evaluation on rollout servers: two per CPU this job may use."""
+    try:
+        return 2 * len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return 2 * (os.cpu_count() or 1)
+
+
 def traj_dump(t: Trajectory, st: Start) -> dict[str, Any]:
     """One trajectory's sampled tokens (rtpo evaluate --trajectories): what two engines are compared on."""
     return {"id": st.task.id, "seed": st.seed, "reward": t.reward, "done": t.done, "truncated": t.truncated,
@@ -121,12 +154,16 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
     else:
         eng = build_engine(model_dir, cfg, seed, reference=False)
     try:
-        roller = Roller(eng, env_factory(s["env"]), s["psi"], params)
+        make_env = env_factory(s["env"])
+        if servers is not None:
+            slots = threading.BoundedSemaphore(tool_slots())
+            make_env = (lambda f: lambda task: BoundedSteps(f(task), slots))(make_env)
+        roller = Roller(eng, make_env, s["psi"], params)
         startup_s = time.perf_counter() - t_start
         t0 = time.perf_counter()
         with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
             if servers is not None:
-                trajs = run_in_flight(roller, starts, bar, int((cfg.get("verl") or {}).get("eval_concurrency", 4096)))
+                trajs = run_in_flight(roller, starts, bar, int((cfg.get("verl") or {}).get("eval_concurrency", 16384)))
             else:
                 trajs = run_chunked(roller, starts, bar)
         rollout_s = time.perf_counter() - t0
@@ -157,5 +194,5 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
     if trajectories is not None:
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
         Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
-    Path(out).write_text(json.dumps(result, indent=1, sort_keys=True))
+    atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True))  # issue 20: renamed into place
     return result
