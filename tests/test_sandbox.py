@@ -418,11 +418,19 @@ def _stray_files(token: str) -> list[str]:
     return found
 
 
+def _fork_server_pids() -> set[int]:
+    """This process's fork servers: they live on between calls by design (they carry the bootstrap's
+    path in their command line, as every process of a call forked from them does)."""
+    return {srv.pid for srv in list(ps._servers.values()) if srv.pid is not None}
+
+
 def _live_processes(markers: list[str]) -> list[str]:
-    """Non-zombie processes whose command line contains one of `markers`."""
+    """Non-zombie processes whose command line contains one of `markers` (this process and its
+    fork servers excepted)."""
     found = []
+    skip = _fork_server_pids() | {os.getpid()}
     for p in os.listdir("/proc"):
-        if not p.isdigit() or int(p) == os.getpid():
+        if not p.isdigit() or int(p) in skip:
             continue
         try:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")

@@ -2,13 +2,15 @@
 
 The math task (paper Sec. 5, "math reasoning with a Python interpreter") lets the policy call a
 Python tool; every call runs code we did not write, thousands of times per RL step. This module is
-the containment. `PythonSandbox(...).run(code)` starts a fresh interpreter, feeds it `code`, and
-returns a `SandboxResult` whose `output` is what the model sees.
+the containment. `PythonSandbox(...).run(code)` runs `code` in a fresh, contained copy of a freshly
+started interpreter and returns a `SandboxResult` whose `output` is what the model sees.
 
 Per call, the child gets
-- a wall-clock limit (`wall_s`, enforced by the parent), a CPU-time limit (`cpu_s`, RLIMIT_CPU),
-  an address-space limit (`mem_mb`, RLIMIT_AS), a process/thread limit (RLIMIT_NPROC), a file-size
-  limit (RLIMIT_FSIZE), an open-file limit (RLIMIT_NOFILE) and no core dumps;
+- a CPU-time limit (`cpu_s`, RLIMIT_CPU), which is what normally stops a runaway program and does not
+  depend on the machine's load, and a wall-clock backstop (`wall_s`, default 4*cpu_s, enforced by the
+  parent) for programs that sleep or block; an address-space limit (`mem_mb`, RLIMIT_AS), a
+  process/thread limit (RLIMIT_NPROC), a file-size limit (RLIMIT_FSIZE), an open-file limit
+  (RLIMIT_NOFILE) and no core dumps;
 - an output cap: the parent reads at most ~4*max_output bytes of stdout (~max(1 MiB, 64*max_output)
   of stderr) and kills the child when it writes more, so gigabytes never reach memory;
 - a fresh, empty working directory and a scrubbed environment (a fixed handful of variables; nothing
@@ -29,25 +31,39 @@ mode "rlimit-root"/"rlimit-user" (namespaces unavailable): resource limits, a ho
                  a new session; as root also the throw-away uid and a kill-by-uid sweep at the end.
                  Not a security boundary for a non-root caller (see docs/security.md).
 
-Process layout (see `_BOOT`): the parent starts `P` (`python -s -S -B <compiled _BOOT>`), which enters the new
-namespaces and forks `C`, the init of the new PID namespace and the supervisor; `C` builds the
-filesystem view and forks `D`, which drops privileges, sets the limits and executes the model's code
-as `__main__`. The parent kills the run by closing a "lifeline" pipe that `C` watches (C then exits
-and the kernel kills the rest of the namespace), so the parent never signals a pid it does not own.
+Process layout (see `_BOOT`). Per call there is a chain P -> C -> D: `P` enters the new namespaces and
+forks `C`, the init of the new PID namespace and the supervisor; `C` builds the filesystem view and
+forks `D`, which drops privileges, sets the limits and executes the model's code as `__main__`. The
+parent kills a run by closing a "lifeline" pipe that `C` watches (C then exits and the kernel kills
+the rest of the namespace; P kills C if it has not gone 2 s later), so the parent never signals a
+pid it does not own. P holds the call's status pipe until C is reaped: its EOF means the call is over.
 
-Per-call overhead of `print(1+1)` on the 2-core dev box: see `python -m rtpo.tools.python_sandbox
---bench 50` (numbers in docs/security.md).
+Where P comes from: by default from a fork server (`_zygote` in `_BOOT`), one per parent process and
+interpreter, started lazily with `python -s -S -B <compiled _BOOT> zygote`, a scrubbed environment and
+nothing imported beyond the bootstrap's C modules. For each call the parent sends it the call's five
+pipe ends over a socketpair (SCM_RIGHTS) and it forks P; the code, its parameters and its output
+travel on those pipes between the parent and P, never through the server, which runs no model code
+and holds nothing of any call. Each call therefore starts from the same state: a copy of the server
+just after its start-up. The fallback (`fork_server=False`, or where the server cannot run) starts P
+as a new interpreter per call, as before (~2x the CPU time per call).
+
+Per-call cost: `python -m rtpo.tools.python_sandbox --bench 50 [--vs OLD_CHECKOUT] [--threads 1,4]`,
+by phase `--phases 50` (numbers in docs/security.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import array
 import atexit
 import os
+import re
+import resource
 import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -107,36 +123,113 @@ class SandboxResult:
 
 
 # --------------------------------------------------------------------------------------------------
-# The child side. Runs as `python -s -S -B boot.pyc <args>` (see `_boot_args`) with only what the interpreter preloads
-# plus a few C extension modules (each `import` here is on the per-call critical path: `ctypes` the
-# package costs ~7 ms, so the raw `_ctypes` is used; `signal` pulls in `enum`, so `_signal` is used).
-# argv: mode workdir status_fd life_fd cpu_s mem_bytes nproc fsize_bytes nofile uid tmp_mb
-#       [import paths...] -- [read-only paths...]
-# stdin: the model's code (read fully by P before anything else).
-# Status pipe lines (to the parent): "exit <wait status> <cpu seconds> <maxrss KiB>", "warn <text>",
-# "setup <error text>".
+# The child side. Runs as `python -s -S -B boot.pyc ...` (see `_boot_args`) with only what the
+# interpreter preloads plus a few C extension modules (each `import` here costs every fresh
+# interpreter: `ctypes` the package costs ~7 ms, so the raw `_ctypes` is used; `signal` pulls in
+# `enum`, so `_signal` is used).
+#   argv "zygote <socket fd>": the fork server (`_zygote`); each forked child is one call's P.
+#   argv "<status fd> <lifeline fd>": one call's P directly (the per-call-interpreter fallback).
+# stdin of P: "<n>\n", n bytes of NUL-separated parameters (mode workdir cpu_s mem_bytes nproc
+#   fsize_bytes nofile uid tmp_mb HOME TMPDIR [import paths...] -- [read-only paths...]), then the
+#   model's code; read fully by P before anything else.
+# Status pipe lines (to the parent): "start" (P exists), "warn <text>", "setup <error text>",
+# "exit <wait status> <cpu seconds> <maxrss KiB>" (C, when D is gone). P holds the status pipe until
+# C is reaped, so its EOF tells the parent that every process of the call is gone (namespace modes).
+# `#@phase NAME` comments mark the points `--phases` times (they are comments otherwise).
 _BOOT = r'''# rtpo-python-sandbox-boot
 import sys
 if sys.path and sys.path[0] in ("", _BOOT_DIR):
     del sys.path[0]  # never import from the (untrusted) cwd or the boot file's directory while privileged
 import os
+import _ctypes, _signal, _thread, resource, select  # C modules (os.wait4 needs resource anyway)
 
 
-def _boot():
-    import _ctypes, _signal, _thread, resource  # C modules; os.wait4 needs resource anyway
+def _zygote(sock_fd):
+    """The fork server: forks one P per call and returns only in that child.
 
-    a = sys.argv[1:]
-    mode, workdir = a[0], a[1]
-    status_fd, life_fd, cpu_s, mem_b, nproc, fsize_b, nofile, uid, tmp_mb = map(int, a[2:11])
-    sep = a.index("--", 11)
-    import_paths, ro_paths = a[11:sep], a[sep + 1:]  # sys.path additions; extra read-only binds
-    ns, as_root = mode.startswith("ns-"), mode.endswith("-root")
+    It serves one parent process over a SOCK_SEQPACKET socketpair: each message is b"run" plus five
+    file descriptors (SCM_RIGHTS): the call's stdin, stdout, stderr, status pipe and lifeline. The
+    server forks, closes its copies and waits for the next message; the child returns from here as
+    P with those five on fds 0-4 and no other descriptor (the socket is closed first, so nothing
+    of the call can ever talk to the server). The server never reads a call's code, parameters or
+    output (they travel on the pipes, between the parent and P), so its memory holds nothing of
+    any call; it imports nothing but _socket beyond the bootstrap's modules and starts no thread
+    (a fork copies only the calling thread, and no lock can be held by another). It exits when the
+    parent's end of the socket closes (the parent exited, crashed or was killed), after reaping its
+    children, whose CPU time is thereby accounted to it and on to the parent."""
+    import _socket, gc
+    sock = _socket.socket(fileno=sock_fd)
+    anc = _socket.CMSG_SPACE(4 * 5)
+    # Every object so far (the bootstrap's) goes to the permanent generation: a child's garbage
+    # collections then skip them instead of writing to each one's header, which would copy every
+    # page of the server's heap into every call (measured: ~1.5 ms of CPU per call).
+    gc.freeze()
 
+    def reap(flags):
+        while True:
+            try:
+                if os.waitpid(-1, flags)[0] == 0:
+                    return
+            except ChildProcessError:
+                return
+
+    while True:
+        try:
+            msg, ancdata, flags, _ = sock.recvmsg(16, anc, _socket.MSG_CMSG_CLOEXEC)
+        except OSError:
+            msg, ancdata, flags = b"", [], 0
+        fds = []
+        for level, kind, data in ancdata:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
+                        for i in range(0, len(data) - 3, 4)]
+        if not msg and not fds:  # EOF: the parent is gone; in-flight calls end on their lifelines
+            reap(0)
+            os._exit(0)
+        if msg == b"cpu" and len(fds) == 1:  # (benchmarks) CPU time of the server and its reaped children
+            reap(os.WNOHANG)
+            us, uc = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            try:
+                os.write(fds[0], b"%.6f" % (us.ru_utime + us.ru_stime + uc.ru_utime + uc.ru_stime))
+            except OSError:
+                pass
+        pid = -1
+        if msg == b"run" and len(fds) == 5 and not flags & _socket.MSG_CTRUNC:
+            try:
+                pid = os.fork()
+            except OSError as e:
+                try:
+                    os.write(fds[3], ("setup zygote: fork: %s\n" % e).encode())
+                except OSError:
+                    pass
+        if pid == 0:
+            break
+        for fd in fds:
+            os.close(fd)
+        reap(os.WNOHANG)
+    #@phase Z_forked
+    sock.close()
+    hi = max(fds) + 1  # above every received fd, so no dup2 below clobbers one not yet moved
+    for k, fd in enumerate(fds):
+        os.dup2(fd, hi + k)
+        os.close(fd)
+    for k in range(5):
+        os.dup2(hi + k, k)  # (inheritable: the code's subprocesses get stdin/stdout/stderr)
+    os.closerange(5, max(hi + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+    del sys.modules["_socket"], sys.modules["gc"]  # sys.modules as in a fresh bootstrap
+    os.setsid()  # like the fallback's start_new_session: P leads its own session and group
+    return 3, 4
+
+
+def _boot(status_fd, life_fd):
     def say(msg):
         try:
             os.write(status_fd, (msg.replace("\n", " ") + "\n").encode("utf-8", "replace"))
         except OSError:
             pass
+
+    say("start")
+    #@phase P_start
 
     # -- libc through the raw _ctypes module --------------------------------------------------
     class Int(_ctypes._SimpleCData):
@@ -256,7 +349,17 @@ def _boot():
             if not b:
                 break
             chunks.append(b)
-        code = b"".join(chunks)
+        data = b"".join(chunks)
+        n, _, data = data.partition(b"\n")
+        a, code = data[:int(n)].decode("utf-8", "surrogateescape").split("\0"), data[int(n):]
+        mode, workdir = a[0], a[1]
+        cpu_s, mem_b, nproc, fsize_b, nofile, uid, tmp_mb = map(int, a[2:9])
+        os.environ["HOME"], os.environ["TMPDIR"] = a[9], a[10]
+        sep = a.index("--", 11)
+        import_paths, ro_paths = a[11:sep], a[sep + 1:]  # sys.path additions; extra read-only binds
+        ns, as_root = mode.startswith("ns-"), mode.endswith("-root")
+        os.chdir("/" if ns else workdir)
+        #@phase P_read
         if ns:
             euid, egid = os.geteuid(), os.getegid()
             # NEWNS | NEWPID | NEWNET | NEWIPC | NEWUTS (+ NEWUSER when not root)
@@ -264,6 +367,7 @@ def _boot():
             if not as_root:
                 flags |= 0x10000000
             libc("unshare")(flags)
+            #@phase P_unshare
             if not as_root:
                 for f, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (euid, euid)),
                                 ("gid_map", "%d %d 1" % (egid, egid))):
@@ -275,22 +379,44 @@ def _boot():
         say("setup P: %s: %s" % (type(e).__name__, e))
         os._exit(70)
     if c:
-        os.close(status_fd)
-        os.close(life_fd)
+        # P keeps the status pipe until C is reaped: its EOF tells the parent the call is over (in the
+        # namespace modes C's reaping comes after the last process of its PID namespace is gone).
+        # If C has not gone 2 s after the parent dropped the lifeline, P kills it (through a pidfd:
+        # never a recycled pid); in the namespace modes that kills everything left in the call.
+        # (No thread here: after unshare(CLONE_NEWPID) the kernel refuses to create one.)
+        try:
+            pidfd = os.pidfd_open(c)
+            waiter = select.poll()
+            waiter.register(pidfd, select.POLLIN)
+            waiter.register(life_fd, select.POLLIN)
+            while True:
+                ready = dict(waiter.poll())
+                if pidfd in ready:
+                    break
+                if life_fd in ready and not os.read(life_fd, 64):
+                    waiter.unregister(life_fd)
+                    if not waiter.poll(2000):
+                        _signal.pidfd_send_signal(pidfd, 9)
+                    break
+        except (AttributeError, OSError):  # no pidfd (Linux < 5.3): just wait
+            pass
         try:
             os.waitpid(c, 0)
         except ChildProcessError:
             pass
+        #@phase P_reaped
         os._exit(0)
 
     # -- C: init of the PID namespace; build the view, fork D, supervise ----------------------
     try:
         os.umask(0o022)
         prctl(4, 0)  # PR_SET_DUMPABLE 0: D cannot ptrace C or open /proc/1/fd
+        #@phase C_start
         for s in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGPIPE):
             _signal.signal(s, _signal.SIG_IGN)
         if ns:
             build_root()
+        #@phase C_root
         d = os.fork()
     except BaseException as e:
         say("setup C: %s: %s" % (type(e).__name__, e))
@@ -329,6 +455,7 @@ def _boot():
             path = os.path.join(workdir, "main.py")
             with open(path, "wb") as f:
                 f.write(code)
+            #@phase D_ready
         except BaseException as e:
             say("setup D: %s: %s" % (type(e).__name__, e))
             os._exit(71)
@@ -379,6 +506,7 @@ def _boot():
             os._exit(72)
         if pid == d:
             break
+    #@phase C_reaped
     sweep()
     say("exit %d %.4f %d" % (st, ru.ru_utime + ru.ru_stime, ru.ru_maxrss))
     os._exit(0)
@@ -386,7 +514,11 @@ def _boot():
 
 def _run_main():
     import sys, os  # locals: the module globals are cleared below
-    code, path, extra = _boot()  # only D gets here
+    if sys.argv[1:2] == ["zygote"]:
+        fds = _zygote(int(sys.argv[2]))  # returns in each forked child (P of one call)
+    else:
+        fds = int(sys.argv[1]), int(sys.argv[2])
+    code, path, extra = _boot(*fds)  # only D gets here
     g = sys.modules["__main__"].__dict__
     for k in list(g):
         if k not in ("__name__", "__builtins__"):
@@ -414,8 +546,15 @@ _run_main()
 # --------------------------------------------------------------------------------------------------
 # The parent side.
 
-_probe_cache: dict[tuple[str, str], tuple] = {}
+_probe_cache: dict[tuple[str, str, bool], tuple] = {}
 _probe_lock = threading.RLock()  # re-entered: the probe run compiles the bootstrap
+
+# The wall-clock limit is a backstop: by default WALL_PER_CPU * cpu_s. The CPU-time limit decides
+# the normal timeouts (an endless loop stops at cpu_s of CPU time however loaded the machine is);
+# the wall clock only stops programs that sleep or block, and a CPU-bound one only when the machine
+# is so loaded that it gets less than 1/WALL_PER_CPU of a core.
+WALL_PER_CPU = 4.0
+_EXIT_GRACE_S = 5.0  # after the lifeline is dropped: P kills C after 2 s, so this is never reached
 
 
 def _tail_keep_error(prefix: str, error_text: str, limit: int) -> str:
@@ -438,8 +577,11 @@ def _tail_keep_error(prefix: str, error_text: str, limit: int) -> str:
 class PythonSandbox:
     """Runs untrusted Python code in a contained child process; see the module docstring.
 
-    wall_s:     wall-clock limit per call, seconds (the whole call, interpreter start included).
-    cpu_s:      CPU-time limit of the code's main process, whole seconds (RLIMIT_CPU).
+    cpu_s:      CPU-time limit of the code's main process, whole seconds (RLIMIT_CPU; all its
+                threads together). This is the limit that normally stops a runaway program, and
+                CPU time does not depend on how loaded the machine is (error "cpu").
+    wall_s:     wall-clock backstop per call, seconds (the whole call, start-up included); default
+                WALL_PER_CPU * cpu_s. It stops programs that sleep or block (error "timeout").
     mem_mb:     address-space limit per process, MiB (RLIMIT_AS); exceeding it raises MemoryError.
     max_output: characters of output the model sees; more output stops the program (output_limit).
     python:     the interpreter to run the code with (default: this one, `sys.executable`).
@@ -455,19 +597,26 @@ class PythonSandbox:
                    Off by default: `-S` keeps interpreter start ~3x cheaper.
     ro_paths:      extra host directories the code may read (namespace modes: bound read-only at the
                    same path; e.g. a data directory). In the rlimit modes everything is visible anyway.
+    fork_server:   fork each call from this process's fork server for `python` (default; one
+                   freshly started interpreter per parent process and interpreter, see `_zygote`)
+                   instead of starting a new interpreter per call. Falls back to the latter, with a
+                   warning, where the fork server cannot run. `self.fork_server` says which is used.
 
-    The first sandbox per (interpreter, isolation) runs one probe program (~50 ms) to choose the mode;
+    The first sandbox per (interpreter, isolation) runs one probe program to choose the mode;
     `self.mode` says which was chosen, `self.warnings` what it could not do.
     Thread-safe: `run` may be called from several threads at once.
     """
 
-    def __init__(self, wall_s: float = 5.0, cpu_s: int = 5, mem_mb: int = 512, max_output: int = 4000,
+    def __init__(self, wall_s: float | None = None, cpu_s: int = 5, mem_mb: int = 512, max_output: int = 4000,
                  python: str | None = None, *, max_procs: int = 32, file_mb: int = 32, tmp_mb: int = 64,
-                 isolation: str = "auto", site_packages: bool = False, ro_paths: Sequence[str] = ()):
+                 isolation: str = "auto", site_packages: bool = False, ro_paths: Sequence[str] = (),
+                 fork_server: bool = True):
+        if isinstance(cpu_s, bool) or not isinstance(cpu_s, (int, float)) or int(cpu_s) != cpu_s or cpu_s < 1:
+            raise ValueError(f"PythonSandbox: cpu_s must be a whole number of seconds >= 1, got {cpu_s!r}")
+        if wall_s is None:
+            wall_s = WALL_PER_CPU * cpu_s
         if not wall_s > 0:
             raise ValueError(f"PythonSandbox: wall_s must be > 0 seconds, got {wall_s!r}")
-        if int(cpu_s) != cpu_s or cpu_s < 1:
-            raise ValueError(f"PythonSandbox: cpu_s must be a whole number of seconds >= 1, got {cpu_s!r}")
         if mem_mb < 64:
             raise ValueError(f"PythonSandbox: mem_mb must be >= 64 (an interpreter needs ~30 MiB), got {mem_mb!r}")
         if max_output < 1:
@@ -493,6 +642,7 @@ class PythonSandbox:
         for p in self.ro_paths:
             if not os.path.isdir(p):
                 raise ValueError(f"PythonSandbox: ro_paths entry {p!r} is not a directory")
+        self.fork_server = bool(fork_server)
         self.mode, self.warnings = self._choose_mode(isolation)
 
     # -- mode selection ---------------------------------------------------------------------------
@@ -519,16 +669,37 @@ class PythonSandbox:
         return rl_mode, notes
 
     def _probe_cached(self, mode: str) -> tuple[bool, tuple[str, ...]]:
-        key = (self.python, mode)
+        """Probe `mode` (once per interpreter): through the fork server if asked for, else (or if
+        the fork server fails where a per-call interpreter works) with one interpreter per call."""
         with _probe_lock:
-            if key not in _probe_cache:
-                _probe_cache[key] = self._probe(mode)
-            return _probe_cache[key]
+            if self.fork_server:
+                key = (self.python, mode, True)
+                if key not in _probe_cache:
+                    _probe_cache[key] = self._probe(mode, True)
+                ok, notes = _probe_cache[key]
+                if ok:
+                    return ok, notes
+                ok2, notes2 = self._probe_cached_direct(mode)
+                if not ok2:
+                    return ok2, notes2
+                if (self.python, mode, "warned") not in _probe_cache:
+                    _probe_cache[(self.python, mode, "warned")] = True
+                    warnings.warn(f"PythonSandbox: the fork server does not work here ({notes[0]}); "
+                                  f"starting one interpreter per call instead", RuntimeWarning, stacklevel=4)
+                self.fork_server = False
+                return ok2, notes2
+            return self._probe_cached_direct(mode)
 
-    def _probe(self, mode: str) -> tuple[bool, tuple[str, ...]]:
+    def _probe_cached_direct(self, mode: str) -> tuple[bool, tuple[str, ...]]:
+        key = (self.python, mode, False)
+        if key not in _probe_cache:
+            _probe_cache[key] = self._probe(mode, False)
+        return _probe_cache[key]
+
+    def _probe(self, mode: str, fork_server: bool) -> tuple[bool, tuple[str, ...]]:
         """Run one program that imports a stdlib module (so the interpreter's files must be visible)."""
         try:
-            res, notes = self._execute("import json, sys\nsys.stdout.write(json.dumps('ok'))", mode)
+            res, notes = self._execute("import json, sys\nsys.stdout.write(json.dumps('ok'))", mode, fork_server)
         except SandboxError as e:
             return False, (str(e),)
         if not (res.ok and res.output == '"ok"'):
@@ -541,10 +712,9 @@ class PythonSandbox:
         anything the code does (SandboxError only if the sandbox itself cannot start)."""
         if not isinstance(code, str):
             raise TypeError(f"PythonSandbox.run: code must be str, got {type(code).__name__}")
-        return self._execute(code, self.mode)[0]
+        return self._execute(code, self.mode, self.fork_server)[0]
 
-    def _execute(self, code: str, mode: str) -> tuple[SandboxResult, list[str]]:
-        t0 = time.monotonic()
+    def _execute(self, code: str, mode: str, fork_server: bool) -> tuple[SandboxResult, list[str]]:
         ns, as_root = mode.startswith("ns-"), mode.endswith("-root")
         uid = _UID_BASE + secrets.randbelow(_UID_SPAN) if as_root else os.geteuid()
         host_dir = None
@@ -555,41 +725,43 @@ class PythonSandbox:
             if as_root:
                 os.chown(host_dir, uid, uid)
             workdir = host_dir
-        env = dict(_CHILD_ENV_FIXED, HOME=workdir, TMPDIR="/tmp" if ns else workdir)
-        status_r, status_w = os.pipe()
-        life_r, life_w = os.pipe()
+        home, tmpdir = workdir, "/tmp" if ns else workdir
         # RLIMIT_NPROC counts per (user namespace, uid): in ns-user mode P and C count too; in
         # rlimit-user mode it would count every process of the caller, so it is not set (-1).
         nproc = {"ns-root": self.max_procs, "ns-user": self.max_procs + 2, "rlimit-root": self.max_procs,
                  "rlimit-user": -1}[mode]
-        argv = [self.python, "-s", "-S", "-B", *_boot_args(self.python), mode, workdir, str(status_w), str(life_r),
-                str(self.cpu_s), str(self.mem_mb << 20), str(nproc), str(self.file_mb << 20), "256",
-                str(uid), str(self.tmp_mb), *self.import_paths, "--", *self.ro_paths]
-        proc = None
+        params = [mode, workdir, str(self.cpu_s), str(self.mem_mb << 20), str(nproc), str(self.file_mb << 20),
+                  "256", str(uid), str(self.tmp_mb), home, tmpdir, *self.import_paths, "--", *self.ro_paths]
+        head = "\0".join(params).encode("utf-8", "surrogateescape")
+        payload = b"%d\n" % len(head) + head + code.encode("utf-8", "surrogatepass")
+        env = dict(_CHILD_ENV_FIXED, HOME=home, TMPDIR=tmpdir)
         try:
-            try:
-                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, env=env, cwd=workdir if not ns else "/",
-                                        pass_fds=(status_w, life_r), start_new_session=True)
-            except OSError as e:
-                raise SandboxError(f"PythonSandbox: cannot start {self.python!r}: {e}") from e
-            finally:
-                os.close(status_w)
-                os.close(life_r)
-            io = _Pump(proc, code.encode("utf-8", "surrogatepass"), status_r,
-                       out_cap=4 * self.max_output + 1024, err_keep=max(4 * self.max_output, 8192),
-                       err_cap=max(1 << 20, 64 * self.max_output))
-            killed = io.pump(deadline=t0 + self.wall_s)
-            os.close(life_w)
-            life_w = -1
-            _reap(proc, io)
-            status = io.status_lines()
+            for attempt in range(2):
+                t0 = time.monotonic()
+                call = _start_call(self.python, fork_server, env, "/" if ns else workdir)
+                try:
+                    io = _Pump(call, payload, out_cap=4 * self.max_output + 1024,
+                               err_keep=max(4 * self.max_output, 8192), err_cap=max(1 << 20, 64 * self.max_output))
+                    killed = io.pump(deadline=t0 + self.wall_s)
+                    call.drop_lifeline()  # C exits on its EOF (a no-op if the call is over)
+                    gone = io.finish(_EXIT_GRACE_S)
+                    status = io.status_lines()
+                    if call.server is not None and "start" not in status and not any(
+                            s.startswith("setup ") for s in status):
+                        # The fork server died or hung before it forked this call (so the code never
+                        # ran): replace it and run the call once more.
+                        why = f"it did not fork a call ({killed or 'its pipes closed'})"
+                        call.server.restart(call.generation, why)
+                        if attempt == 0:
+                            continue
+                        raise SandboxError(f"PythonSandbox ({mode}): the fork server for {self.python!r} "
+                                           f"does not fork calls: {call.server.last_death}")
+                    if not gone:
+                        call.give_up()
+                finally:
+                    call.close()
+                break
         finally:
-            if life_w >= 0:
-                os.close(life_w)
-            os.close(status_r)
-            if proc is not None and proc.returncode is None:  # only on an exception above
-                _hard_kill(proc)
             if host_dir is not None:
                 shutil.rmtree(host_dir, onerror=_force_remove)
         wall = time.monotonic() - t0
@@ -597,8 +769,9 @@ class PythonSandbox:
         notes = [s[5:] for s in status if s.startswith("warn ")]
         if setup and killed is None:
             raise SandboxError(f"PythonSandbox ({mode}): sandbox setup failed: {setup[0]}")
-        if killed is None and proc.returncode > 0:  # P itself failed before it could report
-            raise SandboxError(f"PythonSandbox ({mode}): the sandbox bootstrap failed (exit {proc.returncode}): "
+        if killed is None and call.proc is not None and call.proc.returncode and call.proc.returncode > 0:
+            # P itself failed before it could report (e.g. the bootstrap does not run with this python)
+            raise SandboxError(f"PythonSandbox ({mode}): the sandbox bootstrap failed (exit {call.proc.returncode}): "
                                f"{io.err_tail.decode('utf-8', 'replace')[-1000:]}")
         exit_line = next((s for s in status if s.startswith("exit ")), None)
         return self._classify(io, killed, exit_line, wall), notes
@@ -672,79 +845,317 @@ def _force_remove(func, path, _exc_info):
         pass
 
 
-class _Pump:
-    """Feeds the code to the child's stdin and reads stdout/stderr/status with bounded memory."""
+# --------------------------------------------------------------------------------------------------
+# Starting one call: its pipes, and P from the fork server or from a fresh interpreter.
 
-    def __init__(self, proc: subprocess.Popen, code: bytes, status_fd: int, *, out_cap: int, err_keep: int,
-                 err_cap: int):
-        self.proc, self.code, self.status_fd = proc, code, status_fd
+class _Call:
+    """The parent's ends of one call's pipes (stdin, stdout, stderr, status, lifeline) and how its
+    P was started: `server` (forked by the fork server) or `proc` (a per-call interpreter)."""
+
+    def __init__(self, fds: list[int], proc: subprocess.Popen | None, server: "_ForkServer | None",
+                 generation: int = 0):
+        self.stdin, self.stdout, self.stderr, self.status, self.life = fds
+        self.proc, self.server, self.generation = proc, server, generation
+
+    def drop_lifeline(self) -> None:
+        if self.life >= 0:
+            os.close(self.life)
+            self.life = -1
+
+    def give_up(self) -> None:
+        """P did not exit within the grace period after the lifeline was dropped (P kills C after
+        2 s, so this needs a stopped or wedged P). A per-call P is our child: kill its process
+        group (C is in it). A forked P is the fork server's child, whose pid we must not signal."""
+        if self.proc is not None:
+            _hard_kill(self.proc)
+        else:
+            warnings.warn("PythonSandbox: a call's supervisor did not exit within "
+                          f"{_EXIT_GRACE_S:g} s of being stopped; left to finish on its own", RuntimeWarning)
+
+    def close(self) -> None:
+        self.drop_lifeline()
+        for name in ("stdin", "stdout", "stderr", "status"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                self.proc.wait(timeout=_EXIT_GRACE_S)  # P has closed the status pipe: it is exiting
+            except subprocess.TimeoutExpired:
+                _hard_kill(self.proc)
+
+
+def _start_call(python: str, fork_server: bool, env: dict, cwd: str) -> _Call:
+    """Create the call's pipes and start its P (the child ends are closed here once P has them)."""
+    pipes = [os.pipe() for _ in range(5)]  # stdin, stdout, stderr, status, lifeline (all O_CLOEXEC)
+    child = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1], pipes[4][0]]
+    mine = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0], pipes[4][1]]
+    proc = server = None
+    generation = 0
+    try:
+        if fork_server:
+            server = _fork_server(python)
+            generation = server.submit(child)
+        else:
+            try:
+                proc = subprocess.Popen([python, "-s", "-S", "-B", *_boot_args(python), str(child[3]), str(child[4])],
+                                        stdin=child[0], stdout=child[1], stderr=child[2], env=env, cwd=cwd,
+                                        pass_fds=(child[3], child[4]), start_new_session=True)
+            except OSError as e:
+                raise SandboxError(f"PythonSandbox: cannot start {python!r}: {e}") from e
+    except BaseException:
+        for fd in mine:
+            os.close(fd)
+        raise
+    finally:
+        for fd in child:
+            os.close(fd)
+    return _Call(mine, proc, server, generation)
+
+
+class _ForkServer:
+    """The parent's handle on one fork server (`_zygote` in the bootstrap) for one interpreter.
+
+    Started lazily by the first call; restarted if it has died (a call in flight is retried, see
+    `_execute`); it exits by itself when this process's end of the socket closes: at exit (atexit
+    closes it and waits), or when this process dies in any way (the kernel closes it). Sending is
+    serialized by a lock; a SOCK_SEQPACKET message is atomic, so threads never interleave."""
+
+    def __init__(self, python: str):
+        self.python = python
+        self.lock = threading.Lock()
+        self.proc: subprocess.Popen | None = None
+        self.sock: socket.socket | None = None
+        self.starts = 0
+        self.last_death = ""  # why the last server was replaced, and what it printed
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def submit(self, fds: list[int]) -> int:
+        """Hand one call's five child-side descriptors to the fork server (starting it if needed);
+        returns the server's generation (how many times it has been started)."""
+        with self.lock:
+            err = None
+            for _ in range(2):
+                if self.proc is None or self.proc.poll() is not None:
+                    if self.proc is not None:
+                        self._died_locked("it exited")
+                    self._start_locked()
+                try:
+                    self.sock.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                    return self.starts
+                except OSError as e:  # it died since the poll above
+                    err = e
+                    self._died_locked(f"sending failed: {e}")
+            raise SandboxError(f"PythonSandbox: the fork server for {self.python!r} does not accept calls: {err}")
+
+    def cpu(self) -> float:
+        """CPU seconds of the server and of its reaped children so far (for benchmarks)."""
+        r, w = os.pipe()
+        try:
+            with self.lock:
+                if self.sock is None:
+                    return 0.0
+                self.sock.sendmsg([b"cpu"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [w]))])
+            os.close(w)
+            w = -1
+            return float(os.read(r, 64) or 0.0)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+
+    def restart(self, generation: int, why: str) -> None:
+        """Replace the server of `generation` (no-op if another call has replaced it already)."""
+        with self.lock:
+            if self.proc is not None and self.starts == generation:
+                self._died_locked(why)
+
+    def _start_locked(self) -> None:
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # stdin/stdout/stderr are pipes, as for a per-call P: sys.stdin/stdout/stderr are built
+            # at start-up (buffering, seekability), and every forked call inherits them.
+            self.proc = subprocess.Popen(
+                [self.python, "-s", "-S", "-B", *_boot_args(self.python), "zygote", str(theirs.fileno())],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                pass_fds=(theirs.fileno(),), env=dict(_CHILD_ENV_FIXED, HOME=_NS_WORKDIR, TMPDIR="/tmp"),
+                cwd="/", start_new_session=True)
+        except OSError as e:
+            mine.close()
+            raise SandboxError(f"PythonSandbox: cannot start {self.python!r}: {e}") from e
+        finally:
+            theirs.close()
+        self.proc.stdin.close()
+        self.sock = mine
+        self.starts += 1
+
+    def _died_locked(self, why: str) -> None:
+        """Forget the current server (killing it if it still runs) and say why."""
+        proc, self.proc = self.proc, None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.set_blocking(proc.stdout.fileno(), False)
+        try:
+            said = (proc.stdout.read() or b"").decode("utf-8", "replace")[-500:]
+        except OSError:
+            said = ""
+        proc.stdout.close()
+        self.last_death = f"{why} (exit status {proc.returncode}){': ' + said if said else ''}"
+        warnings.warn(f"PythonSandbox: the fork server (pid {proc.pid}) for {self.python!r} was replaced: "
+                      f"{self.last_death}", RuntimeWarning, stacklevel=2)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the server: close the socket (it exits after reaping its children) and wait."""
+        with self.lock:
+            proc, self.proc = self.proc, None
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
+        if proc is not None:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+    def abandon(self) -> None:
+        """In a forked child of the parent: drop our copy of the socket (the server belongs to the
+        parent and must still die with it) without waiting for or signalling the server."""
+        if self.sock is not None:
+            self.sock.close()
+        if self.proc is not None:
+            _abandoned.append(self.proc)  # not our child: keep it from Popen.__del__'s reaping
+            self.proc.stdout.close()
+
+
+_servers: dict[str, _ForkServer] = {}
+_servers_lock = threading.Lock()
+_abandoned: list[subprocess.Popen] = []
+
+
+def _fork_server(python: str) -> _ForkServer:
+    with _servers_lock:
+        srv = _servers.get(python)
+        if srv is None:
+            srv = _servers[python] = _ForkServer(python)
+        return srv
+
+
+def _close_fork_servers() -> None:
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for srv in servers:
+        srv.close()
+
+
+def _after_fork_in_child() -> None:
+    """A fork of this process (multiprocessing, ...) starts its own fork servers if it runs code."""
+    global _servers_lock
+    _servers_lock = threading.Lock()  # another thread may have held it at the fork
+    for srv in _servers.values():
+        srv.abandon()
+    _servers.clear()
+
+
+atexit.register(_close_fork_servers)
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Pump:
+    """Feeds stdin and reads stdout/stderr/status of one call with bounded memory."""
+
+    def __init__(self, call: _Call, payload: bytes, *, out_cap: int, err_keep: int, err_cap: int):
+        self.call, self.payload = call, payload
         self.out_cap, self.err_keep, self.err_cap = out_cap, err_keep, err_cap
         self.out = bytearray()
         self.err_tail = bytearray()
         self.err_total = 0
         self.status = bytearray()
+        self.status_open = True
 
     def pump(self, deadline: float) -> str | None:
-        """Run until the child side is done (-> None) or a limit is hit (-> "timeout" or
-        "output_limit"; the caller then drops the lifeline). Never blocks past `deadline`.
+        """Run until the call is over (-> None) or a limit is hit (-> "timeout" or "output_limit";
+        the caller then drops the lifeline). Never blocks past `deadline`.
 
-        "Done" is: stdout and stderr at EOF, or the status pipe at EOF (C has exited) and P reaped.
-        The second case matters only where an escaped process may still hold the pipes (rlimit
-        modes); in the namespace modes P exits after the whole PID namespace is gone."""
-        proc = self.proc
-        fin, fout, ferr = proc.stdin.fileno(), proc.stdout.fileno(), proc.stderr.fileno()
+        "Over" is the status pipe's EOF: P has exited, after C (in the namespace modes after the
+        whole PID namespace); what is left in stdout/stderr is then taken without waiting for their
+        EOF (in the rlimit modes an escaped process may hold them open)."""
+        c = self.call
+        fin, fout, ferr, fst = c.stdin, c.stdout, c.stderr, c.status
         os.set_blocking(fin, False)
         poller = select.poll()
-        readers = {fout: "out", ferr: "err", self.status_fd: "status"}
+        readers = {fout: "out", ferr: "err", fst: "status"}
         for fd in readers:
             poller.register(fd, select.POLLIN)
+        code, pos = self.payload, 0
         poller.register(fin, select.POLLOUT)
-        pos = 0
-        if not self.code:
-            poller.unregister(fin)
-            proc.stdin.close()
         try:
-            while fout in readers or ferr in readers:
+            while fst in readers:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return "timeout"
-                if self.status_fd not in readers and proc.poll() is not None:
-                    for fd in (fout, ferr):  # what is already in the pipes, without waiting for EOF
-                        if fd in readers:
-                            os.set_blocking(fd, False)
-                            try:
-                                while fd in readers:
-                                    if self._take(fd, readers, poller) is not None:
-                                        return "output_limit"
-                            except BlockingIOError:
-                                pass
-                    return None
-                timeout_ms = max(1, int(left * 1000) + 1)
-                if self.status_fd not in readers:
-                    timeout_ms = min(timeout_ms, 50)  # C is gone: also watch for P's exit
-                for fd, _ev in poller.poll(timeout_ms):
+                for fd, _ev in poller.poll(max(1, int(left * 1000) + 1)):
                     if fd == fin:
                         try:
-                            pos += os.write(fin, self.code[pos:pos + (1 << 16)])
+                            pos += os.write(fin, code[pos:pos + (1 << 16)])
                         except BlockingIOError:
                             continue
                         except BrokenPipeError:
-                            pos = len(self.code)
-                        if pos >= len(self.code):
+                            pos = len(code)
+                        if pos >= len(code):
                             poller.unregister(fin)
-                            proc.stdin.close()
+                            self._close_stdin()
                         continue
-                    if self._take(fd, readers, poller) is not None:
+                    if fd in readers and self._take(fd, readers, poller) is not None:
                         return "output_limit"
+            for fd in (fout, ferr):  # what is already in the pipes
+                if fd in readers:
+                    os.set_blocking(fd, False)
+                    try:
+                        while fd in readers:
+                            if self._take(fd, readers, poller) is not None:
+                                return "output_limit"
+                    except BlockingIOError:
+                        pass
             return None
         finally:
+            self.status_open = fst in readers
             if len(self.err_tail) > self.err_keep:
                 del self.err_tail[:-self.err_keep]
-            if not proc.stdin.closed:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
+            self._close_stdin()
+
+    def finish(self, grace: float) -> bool:
+        """After the lifeline is dropped: wait (at most `grace` s) for the status pipe's EOF, i.e.
+        for P to exit, collecting the status lines still written. True if P is gone."""
+        fd = self.call.status
+        deadline = time.monotonic() + grace
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while self.status_open:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if poller.poll(max(1, int(left * 1000) + 1)):
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    self.status_open = False
+                self.status += chunk
+        return True
+
+    def _close_stdin(self) -> None:
+        if self.call.stdin >= 0:
+            os.close(self.call.stdin)
+            self.call.stdin = -1
 
     def _take(self, fd: int, readers: dict, poller) -> str | None:
         """Read one chunk from `fd` into its buffer; "output_limit" when a cap is exceeded."""
@@ -771,30 +1182,6 @@ class _Pump:
 
     def status_lines(self) -> list[str]:
         return self.status.decode("utf-8", "replace").splitlines()
-
-    def drain_status(self) -> None:
-        """Collect status lines still in the pipe (non-blocking; after the child side has gone)."""
-        os.set_blocking(self.status_fd, False)
-        try:
-            while True:
-                chunk = os.read(self.status_fd, 1 << 16)
-                if not chunk:
-                    return
-                self.status += chunk
-        except BlockingIOError:
-            return
-
-
-def _reap(proc: subprocess.Popen, io: _Pump) -> None:
-    """Wait for P (which exits only after C, i.e. after the whole PID namespace is gone); escalate to
-    SIGKILL of P's process group if it does not go within 2 s (C holds that group too)."""
-    try:
-        proc.wait(timeout=2.0)
-    except subprocess.TimeoutExpired:
-        _hard_kill(proc)
-    io.drain_status()
-    for f in (proc.stdout, proc.stderr):
-        f.close()
 
 
 def _hard_kill(proc: subprocess.Popen) -> None:
@@ -866,35 +1253,178 @@ def _site_packages(python: str) -> tuple[str, ...]:
         return _site_cache[python]
 
 
-def _bench(n: int, python: str | None) -> None:
-    """Per-call wall time of `print(1+1)`: the overhead the math env pays per tool call."""
-    sb = PythonSandbox(python=python)
-    print(f"mode: {sb.mode}  interpreter: {sb.python}")
-    for _ in range(3):
-        sb.run("print(1+1)")
-    times = []
-    for _ in range(n):
-        r = sb.run("print(1+1)")
-        assert r.ok and r.output == "2\n", r
-        times.append(r.wall_s)
-    times.sort()
-    print(f"print(1+1) x{n}: mean {1000 * sum(times) / n:.1f} ms, median {1000 * times[n // 2]:.1f} ms, "
-          f"p90 {1000 * times[int(0.9 * n)]:.1f} ms, min {1000 * times[0]:.1f} ms")
+BENCH_PROGRAMS = {"print(1+1)": "print(1+1)", "math tool call": "print((8839 - 4578) * 435)"}
+
+
+def _load_other(tree: str):
+    """This module as committed in another checkout (e.g. a git worktree of an older commit)."""
+    import importlib.util
+    path = os.path.join(tree, "rtpo", "tools", "python_sandbox.py")
+    spec = importlib.util.spec_from_file_location("_rtpo_python_sandbox_vs", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _bench_batch(sb, code: str, n: int, threads: int) -> tuple[list[float], float]:
+    """n calls of `code` (on `threads` threads): per-call wall seconds, and the CPU seconds per call
+    of everything the calls cost: this process (all threads) and the sandbox processes (reaped by
+    this process, or by the fork server: its own CPU time and its children's). Not counted: the
+    kernel's threads that free network namespaces (~0.3 ms per call, the same for both)."""
+    srv = _servers.get(sb.python) if getattr(sb, "fork_server", False) else None
+
+    def cpu() -> float:
+        a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime + (srv.cpu() if srv else 0.0)
+
+    walls: list[float] = []
+    results: list = []
+    lock = threading.Lock()
+
+    def work(k: int) -> None:
+        for _ in range(k):
+            t = time.monotonic()
+            r = sb.run(code)
+            dt = time.monotonic() - t
+            with lock:
+                walls.append(dt)
+                results.append(r)
+
+    c0 = cpu()
+    if threads == 1:
+        work(n)
+    else:
+        ts = [threading.Thread(target=work, args=(n // threads + (i < n % threads),)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    c1 = cpu()
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise SystemExit(f"bench: a call failed: {bad[0]}")
+    return walls, (c1 - c0) / n
+
+
+def _bench(n: int, python: str | None, vs: str | None, threads: list[int], batch: int = 10) -> None:
+    """Per-call wall and CPU time of typical calls, this code against `vs` (another checkout), run
+    side by side: batches of `batch` calls, alternating old/new (and which goes first)."""
+    variants = [("new", PythonSandbox(wall_s=20, cpu_s=5, python=python))]
+    if vs:
+        variants.append(("old", _load_other(vs).PythonSandbox(wall_s=20, cpu_s=5, python=python)))
+    new = variants[0][1]
+    print(f"mode: {new.mode}  fork server: {new.fork_server}  interpreter: {new.python}")
+    print(f"machine: {os.cpu_count()} CPUs, load average at start {os.getloadavg()[0]:.1f}")
+    rounds = -(-n // batch)
+    print(f"{rounds} rounds of {batch} calls per variant (>= {rounds * batch} calls each), "
+          f"old/new alternating; wall: median per call; CPU: per call (batch total / calls), median over rounds")
+    for label, code in BENCH_PROGRAMS.items():
+        for T in threads:
+            for _, sb in variants:  # warm-up (starts the fork server)
+                _bench_batch(sb, code, max(2, T), T)
+            walls = {name: [] for name, _ in variants}
+            cpus = {name: [] for name, _ in variants}
+            for r in range(rounds):
+                for name, sb in (variants if r % 2 == 0 else variants[::-1]):
+                    w, c = _bench_batch(sb, code, batch, T)
+                    walls[name] += w
+                    cpus[name].append(c)
+            line = f"{label:15s} threads={T}:"
+            med = {}
+            for name, _ in variants:
+                med[name] = (_median(walls[name]), _median(cpus[name]))
+                line += f"  {name}: wall {1000 * med[name][0]:6.1f} ms, CPU {1000 * med[name][1]:5.1f} ms |"
+            if "old" in med:
+                line += f"  old/new: wall {med['old'][0] / med['new'][0]:.2f}x, CPU {med['old'][1] / med['new'][1]:.2f}x"
+            print(line.rstrip(" |"), flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    k = len(xs)
+    return (xs[(k - 1) // 2] + xs[k // 2]) / 2
+
+
+_PHASES = ["sent", "Z_forked", "P_start", "P_read", "P_unshare", "C_start", "C_root", "D_ready", "C_reaped",
+           "P_reaped", "returned"]
+
+
+def _bench_phases(n: int, python: str | None, fork_server: bool) -> None:
+    """Where one call's time goes: the bootstrap's `#@phase` marks timed (CLOCK_MONOTONIC, shared by
+    all processes) over n calls of print(1+1); medians. Patches the bootstrap: run it on its own."""
+    global _BOOT, _start_call
+    t = "__import__('time').clock_gettime(1), __import__('time').process_time()"
+
+    def mark(m: re.Match) -> str:
+        ind, name = m.group(1), m.group(2)
+        if name == "Z_forked":
+            return f'{ind}os.write(fds[3], ("warn phase Z_forked %r %r\\n" % ({t})).encode())'
+        return f'{ind}say("warn phase {name} %r %r" % ({t}))'
+
+    _BOOT = re.sub(r"^( *)#@phase (\w+)$", mark, _BOOT, flags=re.M)
+    _boot_cache.clear()
+    sent: list[float] = []
+    start_call = _start_call
+
+    def timed_start(*a, **k):
+        call = start_call(*a, **k)
+        sent.append(time.monotonic())
+        return call
+
+    _start_call = timed_start
+    sb = PythonSandbox(wall_s=20, cpu_s=5, python=python, fork_server=fork_server)
+    print(f"mode: {sb.mode}  fork server: {sb.fork_server}  load average {os.getloadavg()[0]:.1f}")
+    rows = []
+    for i in range(n + 3):
+        t0 = time.monotonic()
+        res, notes = sb._execute("print(1+1)", sb.mode, sb.fork_server)
+        t1 = time.monotonic()
+        assert res.ok, res
+        marks = {"t0": (t0, 0.0), "sent": (sent[-1], 0.0), "returned": (t1, 0.0)}
+        for line in notes:
+            if line.startswith("phase "):
+                _, name, clk, cpu = line.split()
+                marks[name] = (float(clk), float(cpu))
+        if i >= 3:
+            rows.append(marks)
+    prev = "t0"
+    print("phase (wall, median ms):")
+    for name in _PHASES:
+        if name not in rows[0]:
+            continue
+        print(f"  {prev:>9s} -> {name:9s} {1000 * _median([r[name][0] - r[prev][0] for r in rows]):6.2f}")
+        prev = name
+    print(f"  total              {1000 * _median([r['returned'][0] - r['t0'][0] for r in rows]):6.2f}")
+    cpu = {k: 1000 * _median([r[k][1] for r in rows]) for k in ("P_read", "P_reaped", "C_start", "C_root",
+                                                                 "C_reaped", "D_ready")}
+    print(f"CPU (median ms, each process's own, up to the mark): P {cpu['P_reaped']:.2f} (to P_read "
+          f"{cpu['P_read']:.2f}); C {cpu['C_reaped']:.2f} (build_root {cpu['C_root'] - cpu['C_start']:.2f}); "
+          f"D before the code {cpu['D_ready']:.2f}; D's total and the exits: see --bench")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rtpo.tools.python_sandbox",
                                  description="Run Python code in the sandbox, or measure its per-call overhead.")
     ap.add_argument("code", nargs="?", help="code to run (default: read stdin)")
-    ap.add_argument("--bench", type=int, metavar="N", help="time N runs of print(1+1) and exit")
+    ap.add_argument("--bench", type=int, metavar="N", help="time >= N calls of each typical program and exit")
+    ap.add_argument("--vs", metavar="TREE", help="with --bench: also time the sandbox of this checkout "
+                                                 "(e.g. a git worktree of an older commit), alternating")
+    ap.add_argument("--threads", default="1", help="with --bench: comma-separated thread counts (default 1)")
+    ap.add_argument("--phases", type=int, metavar="N", help="time the phases of N calls of print(1+1) and exit")
+    ap.add_argument("--no-fork-server", action="store_true", help="one interpreter per call")
     ap.add_argument("--python", help="interpreter for the child (default: this one)")
-    ap.add_argument("--wall-s", type=float, default=5.0)
+    ap.add_argument("--wall-s", type=float, default=None)
     args = ap.parse_args(argv)
+    if args.phases:
+        _bench_phases(args.phases, args.python, not args.no_fork_server)
+        return 0
     if args.bench:
-        _bench(args.bench, args.python)
+        _bench(args.bench, args.python, args.vs, [int(t) for t in args.threads.split(",")])
         return 0
     code = args.code if args.code is not None else sys.stdin.read()
-    r = PythonSandbox(wall_s=args.wall_s, python=args.python).run(code)
+    r = PythonSandbox(wall_s=args.wall_s, python=args.python, fork_server=not args.no_fork_server).run(code)
     sys.stdout.write(r.output)
     print(f"\n[ok={r.ok} error={r.error} wall_s={r.wall_s:.3f}]", file=sys.stderr)
     return 0 if r.ok else 1
