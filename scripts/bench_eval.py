@@ -5,10 +5,12 @@ on CPU the harness's HF rollout server, on a GPU vLLM), on the same model, eval 
 Prints trajectories/s and generated tokens/s of the rollout phase (server start-up separately), and
 whether both paths sampled the same tokens (they do at temperature 0 on CPU). A benchmark, not a test:
 
-    .venv/bin/python scripts/bench_eval.py --problems 12 --samples 2 --temperature 0 --threads 2
+    .venv/bin/python scripts/bench_eval.py --warm-start --problems 30 --samples 2 --temperature 0 \
+        --max-new-tokens 80 --threads 2 --config config/smoke.yaml
 
-Default model: results/models/base (the embedded warm start) when the pipeline made it, else a random
-tiny Qwen3 with this repo's small tokenizer (scripts outputs under /tmp/rtpo-bench-eval).
+Model: --model DIR; --warm-start: the tests' tiny Qwen3 warm-started on math demonstrations (episodes
+with python-tool calls over several turns); default results/models/base (the embedded warm start)
+when the pipeline made it, else a random tiny Qwen3. Outputs under /tmp/rtpo-bench-eval.
 """
 
 from __future__ import annotations
@@ -24,9 +26,32 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def warm_model(out: Path) -> Path:
+    """The tiny Qwen3 of tests/test_eval_verl.py warm-started on 60 scripted math demonstrations (~25 s):
+    greedy decoding then calls the python tool over several turns."""
+    import random
+
+    from rtpo.data import generate_tasks, get_expert
+    from rtpo.envs import make_env
+    from rtpo.sft import sft, turn_examples
+    from tests.helpers import tiny
+
+    eng = tiny.engine(seed=0, hidden=64, max_position=1024)
+    rows = []
+    for t in generate_tasks("math", 60, 1, "train"):
+        msgs, _ = get_expert("math")(t, make_env(t, max_turns=3), 0.0, random.Random(0))
+        rows += turn_examples(msgs, eng.tokenizer, "qwen3")
+    sft(eng.model, eng.tokenizer, rows, 15, 5e-3, 16, False, seed=0)
+    eng.model.save_pretrained(out)
+    eng.tokenizer.save_pretrained(out)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None)
+    p.add_argument("--warm-start", action="store_true",
+                   help="build the tests' warm-started tiny model (multi-turn tool episodes) and use it")
     p.add_argument("--task", default="math", choices=["math", "search", "airline"])
     p.add_argument("--problems", type=int, default=12)
     p.add_argument("--samples", type=int, default=2)
@@ -45,7 +70,9 @@ def main() -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     model = Path(a.model) if a.model else ROOT / "results" / "models" / "base"
-    if not (model / "config.json").exists():
+    if a.warm_start:
+        model = warm_model(out / "warm_model")
+    elif not (model / "config.json").exists():
         from rtpo.verl_ext.gpu_smoke import build_model
 
         model = build_model(out / "model", "tiny")
