@@ -52,7 +52,10 @@ def cmd_base_model(args) -> int:
 
 
 def cmd_train(args) -> int:
+    from rtpo.inputs import check_model_dir
+
     cfg = _cfg(args)
+    check_model_dir(args.model)  # a truncated / corrupt model file: exit 2 naming it
     if cfg.get("engine", "local") == "verl" or args.engine == "verl":
         from rtpo.verl_ext.launch import train_verl
 
@@ -66,7 +69,9 @@ def cmd_train(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from rtpo.eval.evaluate import evaluate
+    from rtpo.inputs import check_model_dir
 
+    check_model_dir(args.model)
     res = evaluate(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out,
                    engine=args.engine, trajectories=args.trajectories)
     print(json.dumps(res["overall"]))
@@ -148,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("train_file", "eval_file"):
         if hasattr(args, name) and getattr(args, name) is None:
             setattr(args, name, str(Path("results/data") / args.task / ("train.jsonl" if name == "train_file" else "eval.jsonl")))
+    from rtpo.signals import Stopped
+
     try:
         return int(args.fn(args) or 0)
-    except (FileNotFoundError, ValueError) as e:
+    except Stopped as e:  # SIGTERM (Slurm time limit, preemption): checkpoint saved, non-zero exit
+        print(f"rtpo {args.verb}: {e}", file=sys.stderr)
+        return e.exit_code
+    except (OSError, ValueError) as e:  # bad or unreadable input: the message names the file
         print(f"rtpo {args.verb}: error: {e}", file=sys.stderr)
         return 2
 

@@ -32,11 +32,30 @@ def load_config(path: str | Path, overrides: list[str] | None = None, validate: 
         raise ConfigError(f"{p}: not valid YAML: {e}") from e
     if not isinstance(cfg, dict):
         raise ConfigError(f"{p}: the top level must be a mapping")
+    base = copy.deepcopy(cfg) if validate and overrides else None
     for ov in overrides or []:
-        set_path(cfg, ov, source=str(p))
+        set_path(cfg, ov, source=f"--set {ov}")
     if validate:
-        validate_config(cfg, source=str(p))
+        try:
+            validate_config(cfg, source=str(p))
+        except ConfigError as e:
+            if base is None:
+                raise
+            validate_config(base, source=str(p))  # an error of the file itself names the file
+            # the file alone is valid: name the --set arguments that touch the invalid key
+            raise ConfigError(f"{_blame(overrides, e.where)}: {e.detail} ({p} itself is valid)") from None
     return cfg
+
+
+def _blame(overrides: list[str], where: list[str]) -> str:
+    """The `--set` arguments whose key path is a prefix of the invalid key `where`, or under it."""
+    def related(ov: str) -> bool:
+        key = ov.split("=", 1)[0].strip().split(".")
+        n = min(len(key), len(where))
+        return key[:n] == where[:n]
+
+    hits = [ov for ov in overrides if related(ov)] or overrides
+    return ", ".join(f"--set {ov}" for ov in hits)
 
 
 def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> None:
@@ -50,7 +69,10 @@ def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> Non
         if not isinstance(node.get(part, {}), dict):
             raise ConfigError(f"{source}: override {key!r}: {part!r} is not a mapping")
         node = node.setdefault(part, {})
-    node[parts[-1]] = yaml.safe_load(val)
+    try:
+        node[parts[-1]] = yaml.safe_load(val)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: the value {val!r} is not valid YAML ({' '.join(str(e).split())})") from None
 
 
 def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
@@ -64,7 +86,9 @@ def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
     if errors:
         e = errors[0]
         where = ".".join(str(x) for x in e.absolute_path) or "(top level)"
-        raise ConfigError(f"{source}: invalid config at '{where}': {e.message}")
+        err = ConfigError(f"{source}: invalid config at '{where}': {e.message}")
+        err.where, err.detail = [str(x) for x in e.absolute_path], f"invalid config at '{where}': {e.message}"
+        raise err
 
 
 def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, Any]:

@@ -2,15 +2,37 @@
 
 Per step: draw `prompts_per_step` training tasks (a deterministic function of seed and step, so a
 resumed run draws the same ones), `method.step(...)`, append the record to metrics.jsonl, and
-checkpoint every `checkpoint_every` steps. A restarted run resumes from the last checkpoint:
-metrics of steps after it are dropped and recomputed, so the log matches an uninterrupted run.
+checkpoint every `checkpoint_every` steps. A restarted run resumes from the last checkpoint, so a
+killed run, rerun, ends with the same weights and metrics as an uninterrupted one.
+
+The checkpoint is one atomic unit (issue 20): `checkpoint/step-<N>/` holds the engine state
+(`engine.save`: weights, optimizer, RNG, counters), `state.json` (step, method state) and
+`metrics.jsonl` as of step N. It is written under a temporary name and renamed into place
+(rtpo.atomic), and older ones are removed only after that, so at every instant the newest complete
+`step-*` is the checkpoint; what a killed write leaves behind is removed by the next run. Resuming
+restores metrics.jsonl from the checkpoint (the records of later steps are recomputed); final/ and
+summary.json are renamed into place too.
+
+SIGTERM (a Slurm time limit or preemption; Slurm sends SIGKILL after its grace time): the step in
+progress is finished, a checkpoint is saved, and `rtpo train` exits with 143 (128 + SIGTERM), so
+Slurm and Snakemake see the job fail and the rerun resumes. If the grace time is shorter than a
+step, the previous checkpoint is used.
+
+Fault injection (tests/test_faults.py): RTPO_FAULT_TRACE=<file> appends one line per point of the
+run (`<unix time> <point> <step>`: step-begin, ckpt-begin, ckpt-engine, ckpt-files, ckpt-renamed,
+ckpt-end, final-begin, final-end, summary-end); RTPO_FAULT_DELAY=<seconds> sleeps at each point
+inside a write (ckpt-begin .. ckpt-renamed, final-begin) to widen it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import shutil
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +40,14 @@ import numpy as np
 import torch
 from rtpo.progress import progress as tqdm
 
+from rtpo.atomic import atomic_dir, atomic_write_text, remove_leftovers
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
+from rtpo.inputs import CorruptFileError, check_safetensors
 from rtpo.envs.base import Task
 from rtpo.instrument import JsonlWriter, run_summary
 from rtpo.rollout import Roller
+from rtpo.signals import Stopped, StopOnSigterm
 
 ENV_OPTION_KEYS = ("max_turns", "max_obs_chars", "top_k")
 
@@ -69,50 +94,154 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+# ------------------------------------------------------------------------------ fault injection
+def fault_point(point: str, step: int | None = None, slow: bool = False) -> None:
+    """Trace `point` to $RTPO_FAULT_TRACE; sleep $RTPO_FAULT_DELAY seconds there if `slow`."""
+    trace = os.environ.get("RTPO_FAULT_TRACE")
+    if trace:
+        with open(trace, "a") as f:
+            f.write(f"{time.time():.6f} {point} {'' if step is None else step}\n")
+    if slow and os.environ.get("RTPO_FAULT_DELAY"):
+        time.sleep(float(os.environ["RTPO_FAULT_DELAY"]))
+
+
+# ------------------------------------------------------------------------------ checkpoints
+CKPT_RE = re.compile(r"step-(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from (names the directory and what is wrong)."""
+
+
+def checkpoint_dirs(root: Path) -> list[tuple[int, Path]]:
+    """The complete checkpoints under `root` as (step, dir), oldest first (temporaries are not complete)."""
+    if not root.is_dir():
+        return []
+    out = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name))]
+    return sorted(out)
+
+
+def prune_checkpoints(root: Path, keep: Path) -> None:
+    """Remove everything in `root` except the checkpoint `keep`: older checkpoints, temporaries of
+    killed writes, files of the old single-directory layout (checkpoint/engine.pt + state.json)."""
+    for p in root.iterdir():
+        if p != keep:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWriter) -> Path:
+    """Write checkpoint/step-<step>/ atomically (temporary directory, renamed into place), then
+    remove older ones."""
+    final = root / f"step-{step:08d}"
+    fault_point("ckpt-begin", step, slow=True)
+    with atomic_dir(final) as tmp:
+        engine.save(tmp)                       # LocalEngine: tmp/engine.pt
+        fault_point("ckpt-engine", step, slow=True)
+        (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state()}))
+        shutil.copyfile(log.path, tmp / "metrics.jsonl")
+        fault_point("ckpt-files", step, slow=True)
+    fault_point("ckpt-renamed", step, slow=True)
+    prune_checkpoints(root, keep=final)
+    fault_point("ckpt-end", step)
+    return final
+
+
+def check_checkpoint_files(ck: Path) -> None:
+    """Name a damaged file of a checkpoint before a loader fails on it without naming it: a torch
+    file (a zip archive) cut short, a safetensors file whose header does not match its size, JSON
+    that does not parse. (A kill cannot leave these: checkpoints are renamed into place whole.)"""
+    for f in sorted(ck.iterdir()):
+        if f.suffix == ".json":
+            try:
+                json.loads(f.read_text())
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise CorruptFileError(f, f"corrupt JSON ({e})") from None
+        elif f.suffix == ".safetensors":
+            check_safetensors(f)
+        elif f.is_file():
+            with f.open("rb") as fh:
+                zipped = fh.read(2) == b"PK"
+            if zipped and not zipfile.is_zipfile(f):
+                raise CorruptFileError(f, "truncated or corrupt torch file (not a complete zip archive)")
+
+
+def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int:
+    """Resume from the newest checkpoint under `root`: returns the next step (0 without one).
+
+    Raises CheckpointError (naming the directory) when it cannot be read; nothing is changed then.
+    """
+    found = checkpoint_dirs(root)
+    if not found:
+        return 0
+    step, ck = found[-1]
+    try:
+        check_checkpoint_files(ck)
+        state = json.loads((ck / "state.json").read_text())
+        metrics = (ck / "metrics.jsonl").read_text()
+        if int(state["step"]) != step:
+            raise ValueError(f"state.json says step {state['step']}")
+        engine.load(ck)
+        algo.load_state(state.get("method", {}))
+    except CorruptFileError as e:
+        raise CheckpointError(f"{e}; cannot resume from the checkpoint {ck}: delete {root} to train this "
+                              "run from scratch") from None
+    except Exception as e:  # noqa: BLE001 - torch, pickle, zip and JSON errors of a damaged file
+        raise CheckpointError(f"{ck}: cannot resume from this checkpoint ({type(e).__name__}: {e}); it is "
+                              f"damaged or incomplete: delete {root} to train this run from scratch") from None
+    atomic_write_text(log.path, metrics)
+    prune_checkpoints(root, keep=ck)
+    return step + 1
+
+
 def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Path, model_dir: str | Path,
           train_file: str | Path, progress: bool = True) -> dict[str, Any]:
     from rtpo.methods.registry import get_method
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
-    seed_everything(seed)
-    tasks = load_tasks(train_file)
-    engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
-    params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
-    roller = Roller(engine, env_factory(env_cfg), psi, params)
-    algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
+    with StopOnSigterm() as stop:
+        seed_everything(seed)
+        tasks = load_tasks(train_file)
+        engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
+        params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
+        roller = Roller(engine, env_factory(env_cfg), psi, params)
+        algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
 
-    log = JsonlWriter(out / "metrics.jsonl")
-    ckpt = out / "checkpoint"
-    start = 0
-    if (ckpt / "engine.pt").exists():
-        engine.load(ckpt)
-        state = json.loads((ckpt / "state.json").read_text())
-        start = int(state["step"]) + 1
-        algo.load_state(state.get("method", {}))
-        log.truncate_after(state["step"])
-    elif log.path.exists():
-        log.path.unlink()  # no checkpoint: start over
+        log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
+        ckpt = out / "checkpoint"
+        start = load_checkpoint(ckpt, engine, algo, log)   # every input is read before anything is changed
+        remove_leftovers(log.path)
+        if start == 0 and log.path.exists():
+            log.path.unlink()  # no checkpoint: start over
 
-    steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
-    every = int(tr.get("checkpoint_every", 1))
-    t0 = time.perf_counter()
-    bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
-               initial=start, total=steps)
-    for step in bar:
-        batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
-        rec = algo.step(batch, step)
-        rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
-                   weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
-        log.write(rec)
-        bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
-        if (step + 1) % every == 0 or step + 1 == steps:
-            engine.save(ckpt)
-            (ckpt / "state.json").write_text(json.dumps({"step": step, "method": algo.state()}))
-    engine.export(out / "final")
-    summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
-                          wall_s_this_run=time.perf_counter() - t0)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
+        every = int(tr.get("checkpoint_every", 1))
+        t0 = time.perf_counter()
+        bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
+                   initial=start, total=steps)
+        for step in bar:
+            if stop.requested:  # before the first step (the last one was saved, or nothing was done)
+                raise Stopped(f"stopped by SIGTERM before step {step}; the same command resumes from {ckpt}")
+            fault_point("step-begin", step)
+            batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
+            rec = algo.step(batch, step)
+            rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
+                       weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
+            log.write(rec)
+            bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
+            if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
+                saved = save_checkpoint(ckpt, step, engine, algo, log)
+                if stop.requested and step + 1 < steps:
+                    raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
+                                  "the same command resumes from it")
+        bar.close()
+        fault_point("final-begin", None, slow=True)
+        with atomic_dir(out / "final") as tmp:
+            engine.export(tmp)
+        fault_point("final-end")
+        summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
+                              wall_s_this_run=time.perf_counter() - t0)
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+        fault_point("summary-end")
     return summary

@@ -1,0 +1,194 @@
+"""Atomic outputs: a file or directory that a job writes is, at every instant, either absent, the
+previous complete version or the new complete version -- never half written (issue 20).
+
+Everything is written under a temporary name in the same directory (so on the same filesystem)
+and renamed into place: `rename(2)` replaces a file atomically, and a directory atomically when
+the target name is new. A directory that already exists is swapped with `renameat2(2)`'s
+RENAME_EXCHANGE (Linux), else moved aside for the rename (a moment without the directory, never a
+half-written one). Files are fsync'ed before the rename, and the directory after it, so a crash of
+the machine keeps the old or the new version as well as a killed process does.
+
+A killed writer leaves its temporary behind: `.{name}.tmp-*` next to the target. The next write of
+the same target removes those first, so a rerun cleans up after a killed run without help. (One
+writer per target at a time, which Snakemake guarantees for job outputs.)
+
+    atomic_write_text(path, text)           summary.json, eval JSON, tables
+    atomic_call(path, fig.savefig, dpi=150) a library that writes to a path itself (df.to_csv, savefig)
+    with atomic_path(path) as tmp: ...      the same as a block
+    with atomic_dir(path) as tmp: ...       a directory (final/, a model directory)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+TMP_MARK = ".tmp-"
+
+
+def temp_name(path: Path, suffix: str = "") -> Path:
+    """A fresh temporary sibling of `path`: .{name}.tmp-{pid}-{random}{suffix}."""
+    return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(".") and TMP_MARK in name
+
+
+def remove_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove what killed writes of `path` left behind (`.{name}.tmp-*` next to it); returns them."""
+    path = Path(path)
+    prefix = f".{path.name}{TMP_MARK}"
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for entry in path.parent.iterdir():
+        if entry.name.startswith(prefix):
+            _remove(entry)
+            removed.append(entry)
+    return removed
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Persist a rename in `path` (best effort: some filesystems refuse fsync on directories)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(root: str | os.PathLike) -> None:
+    """fsync every file and directory under `root` (before it is renamed into place)."""
+    for d, _, files in os.walk(root):
+        for f in files:
+            fsync_file(os.path.join(d, f))
+        fsync_dir(d)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
+    tmp = temp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> None:
+    """Write `text` to `path` atomically (temporary sibling, fsync, rename)."""
+    atomic_write_bytes(path, text.encode(encoding))
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file name with the target's suffix, renamed onto `path` when the block succeeds.
+
+    For writers that take a path (`fig.savefig(tmp)` picks its format from the suffix). If the
+    block raises, the temporary is removed and `path` keeps its previous contents.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
+    tmp = temp_name(path, suffix=path.suffix)
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_call(path: str | os.PathLike, write: Callable[..., Any], *args: Any, **kw: Any) -> None:
+    """`write(tmp, *args, **kw)` to a temporary name with the target's suffix, then renamed onto
+    `path`: `atomic_call(p, df.to_csv, index=False)`, `atomic_call(p, fig.savefig, dpi=150)`."""
+    with atomic_path(path) as tmp:
+        write(tmp, *args, **kw)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary directory, put in place of `path` (replacing an old one) when the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
+    tmp = temp_name(path)
+    tmp.mkdir()
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        replace_dir(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Put directory `src` at `dst`; an existing `dst` is removed once `src` is in its place."""
+    if not dst.exists() and not dst.is_symlink():
+        os.rename(src, dst)  # atomic: a new name
+    elif _exchange(src, dst):
+        _remove(src)  # now the old directory
+    else:  # no RENAME_EXCHANGE here: move the old one aside first (a moment without dst)
+        old = temp_name(dst)
+        os.rename(dst, old)
+        os.rename(src, dst)
+        _remove(old)
+    fsync_dir(dst.parent)
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically with renameat2(RENAME_EXCHANGE); False where unsupported."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):  # not glibc >= 2.28 / not Linux
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False  # the filesystem (NFS, some FUSE) does not support it
+    raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")

@@ -1,0 +1,105 @@
+"""Checks of input files before a job uses them, so that a truncated or corrupt file fails with a
+message naming the file and what is wrong (`rtpo` exits 2) instead of a traceback from deep inside
+a library (issue 20).
+
+check_model_dir(path): a Hugging Face model directory as `rtpo train --model` / `rtpo evaluate
+--model` read it: every *.json parses, every *.safetensors file has a valid header whose tensors
+exactly cover the file (a truncated download or copy fails here), the shards named by
+model.safetensors.index.json exist, and a torch *.bin weights file is a readable zip archive.
+Reading a safetensors header costs a few hundred kB whatever the model size; tensor data is not
+read (the format carries no checksum, so a flipped bit inside a tensor is not detectable).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zipfile
+from pathlib import Path
+
+
+class CorruptFileError(ValueError):
+    """An input file that cannot be used; the message names it."""
+
+    def __init__(self, path: str | Path, message: str):
+        self.path = str(path)
+        super().__init__(f"{path}: {message}")
+
+
+# bytes per element of each safetensors dtype (safetensors/src/tensor.rs)
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2,
+                "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+_MAX_HEADER = 100_000_000  # the safetensors library's own limit
+
+
+def check_safetensors(path: str | Path) -> dict[str, dict]:
+    """Validate a .safetensors file's structure; returns its tensor table. Raises CorruptFileError."""
+    p = Path(path)
+    size = p.stat().st_size
+    with p.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CorruptFileError(p, f"truncated safetensors file: {size} bytes, shorter than its 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > _MAX_HEADER:
+            raise CorruptFileError(p, f"corrupt safetensors file: header length {n} bytes is impossible")
+        if 8 + n > size:
+            raise CorruptFileError(p, f"truncated safetensors file: {size} bytes, but its header alone "
+                                      f"should take {8 + n}")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptFileError(p, f"corrupt safetensors file: its header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CorruptFileError(p, "corrupt safetensors file: its header is not a JSON object")
+    end = 0
+    tensors = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (lo, hi) = t["dtype"], t["shape"], t["data_offsets"]
+            need = math.prod(shape) * _DTYPE_BYTES[dtype]
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptFileError(p, f"corrupt safetensors file: tensor {name!r} has a bad entry {t!r} "
+                                      f"({type(e).__name__}: {e})") from None
+        if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi) or hi - lo != need:
+            raise CorruptFileError(p, f"corrupt safetensors file: tensor {name!r} ({dtype} {shape}) has data "
+                                      f"offsets {[lo, hi]}, which do not span its {need} bytes")
+        end = max(end, hi)
+        tensors[name] = t
+    expected = 8 + n + end
+    if size < expected:
+        raise CorruptFileError(p, f"truncated safetensors file: {size} bytes, but its header describes {expected}")
+    if size > expected:
+        raise CorruptFileError(p, f"corrupt safetensors file: {size} bytes, but its header describes {expected} "
+                                  f"({size - expected} bytes too many)")
+    return tensors
+
+
+def check_model_dir(path: str | Path) -> None:
+    """Validate the files of a local model directory (see the module docstring). A path that does
+    not exist is left to the loader (which names it), as is a hub id."""
+    d = Path(path)
+    if not d.is_dir():
+        return
+    for f in sorted(d.glob("*.json")):
+        try:
+            json.loads(f.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorruptFileError(f, f"corrupt JSON ({e}); the model directory {d} is damaged") from None
+    index = d / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values()))
+        missing = [s for s in shards if not (d / s).is_file()]
+        if missing:
+            raise CorruptFileError(index, f"names weight shards that are missing: {', '.join(missing)}")
+    for f in sorted(d.glob("*.safetensors")):
+        check_safetensors(f)
+    for f in sorted(d.glob("*.bin")):  # torch.save's zip format (the legacy pickle format starts with 0x80)
+        with f.open("rb") as fh:
+            magic = fh.read(2)
+        if f.name.startswith(("pytorch_model", "model")) and magic[:1] != b"\x80" and not zipfile.is_zipfile(f):
+            raise CorruptFileError(f, "truncated or corrupt torch weights file (not a readable zip archive)")

@@ -1,0 +1,38 @@
+"""SIGTERM for long jobs (issue 20): Slurm sends SIGTERM at a job's time limit or on preemption,
+then SIGKILL after its grace time (KillWait / GraceTime). Within `StopOnSigterm`, SIGTERM only
+sets `requested`; the job checks it at a safe point (rtpo.train: after a step, when it has saved a
+checkpoint) and raises `Stopped`, which `rtpo` turns into exit status 143 (128 + SIGTERM), so that
+Slurm and Snakemake see the job fail and its rerun resumes.
+"""
+
+from __future__ import annotations
+
+import signal
+
+
+class Stopped(Exception):
+    """A job stopped on SIGTERM at a safe point; the process exits with `exit_code`."""
+
+    exit_code = 128 + int(signal.SIGTERM)
+
+
+class StopOnSigterm:
+    """Within the block, SIGTERM sets `requested` instead of killing the process."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = None
+
+    def __enter__(self) -> "StopOnSigterm":
+        try:
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self._old = None
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
