@@ -349,3 +349,26 @@ def test_device_and_dtype_are_resolved_and_checked():
     comps = e.sample(contexts(e.tokenizer), SamplingParams(max_new_tokens=6), seeds=[1, 2, 3, 4])
     re = e.logprobs(contexts(e.tokenizer), [c.ids for c in comps], weights="inference")
     assert max(abs(a - b) for c, r in zip(comps, re) for a, b in zip(c.logprobs, r)) < 0.1
+
+
+def test_prefix_cache_reuses_blocks_of_earlier_contexts_exactly():
+    """A context that extends an earlier one (the next turn's) has its cached leading blocks copied,
+    not recomputed: fewer tokens prefilled, the same samples and logprobs as without the cache; a
+    sync (new weights) empties the cache."""
+    e = tiny.engine(seed=8)
+    base = contexts(e.tokenizer)[2]
+    longer = base + e.tokenizer.encode(" continue yes no maybe question continue" * 6)
+    p = SamplingParams(max_new_tokens=10)
+    e.sample([base * 3], p, seeds=[1])
+    n0 = e.prefilled_tokens
+    with_cache = e.sample([base * 3 + longer], p, seeds=[2])[0]
+    computed = e.prefilled_tokens - n0
+    assert computed < len(base) * 3 + len(longer) - 32, computed   # at least one block reused
+    pc, e._prefix_cache = e._prefix_cache, None
+    without = e.sample([base * 3 + longer], p, seeds=[2])[0]
+    e._prefix_cache = pc
+    assert with_cache.ids == without.ids
+    assert max(abs(a - b) for a, b in zip(with_cache.logprobs, without.logprobs)) < 1e-5
+    assert pc.slots
+    e.sync()
+    assert not pc.slots

@@ -253,23 +253,115 @@ class Decoder:
         return KVCache(len(self.layers), rows, self.n_kv, capacity, self.head_dim, self.dtype, self.device)
 
 
-class KVStepper:
-    """Decoding through `Decoder` + `KVCache`: identical contexts prefilled once, then forked."""
+class PrefixCache:
+    """Keys and values of recently prefilled contexts, in blocks of `block` tokens (vLLM's automatic
+    prefix caching, without paging). A context whose first j blocks were prefilled before (the turn-k
+    context is a prefix of the turn-(k+1) context; every task of a kind starts with the same system
+    prompt) gets those blocks copied instead of recomputed.
 
-    def __init__(self, dec: Decoder) -> None:
-        self.dec, self.device = dec, dec.device
+    Block j of a context is keyed by (slot of block j-1, its tokens): exact, no hash collisions.
+    Valid for one set of inference weights: the engine clears it when they change (sync, load) and
+    at every checkpoint save, so a resumed run and an uninterrupted one see the same cache state.
+    When full it is cleared (the next prefills fill it again)."""
+
+    def __init__(self, dec: Decoder, max_tokens: int, block: int = 32) -> None:
+        self.dec, self.block = dec, int(block)
+        self.max_blocks = max(1, int(max_tokens) // self.block)
+        self.k: list[torch.Tensor] | None = None     # per layer (max_blocks, kv_heads, block, head_dim)
+        self.v: list[torch.Tensor] | None = None
+        self.slots: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.hits = self.lookups = 0                  # blocks reused / blocks asked for (statistics)
+
+    def clear(self) -> None:
+        self.slots.clear()
+
+    def _alloc(self) -> None:
+        d = self.dec
+        shape = (self.max_blocks, d.n_kv, self.block, d.head_dim)
+        self.k = [torch.zeros(shape, dtype=d.dtype, device=d.device) for _ in d.layers]
+        self.v = [torch.zeros(shape, dtype=d.dtype, device=d.device) for _ in d.layers]
+
+    def match(self, ctx: list[int]) -> list[int]:
+        """Slots of the longest cached block prefix of ctx (at least one token is left to compute)."""
+        out, parent, b = [], -1, self.block
+        for j in range((len(ctx) - 1) // b):
+            slot = self.slots.get((parent, tuple(ctx[j * b:(j + 1) * b])))
+            if slot is None:
+                break
+            out.append(slot)
+            parent = slot
+        self.lookups += (len(ctx) - 1) // b
+        self.hits += len(out)
+        return out
+
+    def load_into(self, cache: KVCache, matched: list[list[int]]) -> None:
+        """Copy each row's matched blocks into positions [0, len(matched[i]) * block) of its cache row."""
+        m = max(len(x) for x in matched)
+        if m == 0:
+            return
+        idx = torch.tensor([x + [0] * (m - len(x)) for x in matched], dtype=torch.long, device=self.dec.device)
+        R, b = len(matched), self.block
+        for li in range(len(cache.k)):
+            for src, dst in ((self.k[li], cache.k[li]), (self.v[li], cache.v[li])):   # type: ignore[index]
+                blocks = src[idx]                                                     # (R, m, kv, b, D)
+                dst[:, :, :m * b] = blocks.permute(0, 2, 1, 3, 4).reshape(R, src.shape[1], m * b, src.shape[3])
+        cache.lens = torch.tensor([len(x) * b for x in matched], dtype=torch.long, device=self.dec.device)
+
+    def store(self, cache: KVCache, contexts: list[list[int]], matched: list[list[int]]) -> None:
+        """Add the full blocks of every row's context that were not cached yet."""
+        if self.k is None:
+            self._alloc()
+        b = self.block
+        rows, blocks, slots = [], [], []
+        for i, ctx in enumerate(contexts):
+            parent = matched[i][-1] if matched[i] else -1
+            for j in range(len(matched[i]), len(ctx) // b):
+                key = (parent, tuple(ctx[j * b:(j + 1) * b]))
+                slot = self.slots.get(key)
+                if slot is None:
+                    if len(self.slots) >= self.max_blocks:
+                        return  # full: keep what is stored (cleared at the next weight change)
+                    slot = self.slots[key] = len(self.slots)
+                    rows.append(i); blocks.append(j); slots.append(slot)
+                parent = slot
+        if not slots:
+            return
+        dev = self.dec.device
+        r, j, sl = (torch.tensor(x, dtype=torch.long, device=dev) for x in (rows, blocks, slots))
+        nb = int(j.max()) + 1
+        for li in range(len(cache.k)):
+            for src, dst in ((cache.k[li], self.k[li]), (cache.v[li], self.v[li])):   # type: ignore[index]
+                R, H, _, D = src.shape
+                view = src[:, :, :nb * b].reshape(R, H, nb, b, D).permute(0, 2, 1, 3, 4)  # (R, nb, H, b, D)
+                dst[sl] = view[r, j]
+
+
+class KVStepper:
+    """Decoding through `Decoder` + `KVCache`: identical contexts prefilled once, then forked;
+    with a `PrefixCache`, cached leading blocks of a context are copied instead of recomputed."""
+
+    def __init__(self, dec: Decoder, prefix_cache: PrefixCache | None = None) -> None:
+        self.dec, self.device, self.pc = dec, dec.device, prefix_cache
+        self.computed = 0   # context tokens run through the model by the last prefill
 
     def prefill(self, contexts: list[list[int]], capacity: int, pad_id: int) -> torch.Tensor:
         uniq: dict[tuple[int, ...], int] = {}
         owner = [uniq.setdefault(tuple(c), len(uniq)) for c in contexts]
-        distinct = list(uniq)
-        M = max(len(c) for c in distinct)
+        distinct = [list(c) for c in uniq]
+        matched = [self.pc.match(c) for c in distinct] if self.pc is not None else [[] for _ in distinct]
+        start = [len(m) * (self.pc.block if self.pc else 0) for m in matched]
+        M = max(len(c) - s for c, s in zip(distinct, start))
         toks = torch.full((len(distinct), M), pad_id, dtype=torch.long)
-        for i, c in enumerate(distinct):
-            toks[i, :len(c)] = torch.tensor(c, dtype=torch.long)
-        n_new = torch.tensor([len(c) for c in distinct], dtype=torch.long)
+        for i, (c, s) in enumerate(zip(distinct, start)):
+            toks[i, :len(c) - s] = torch.tensor(c[s:], dtype=torch.long)
+        n_new = torch.tensor([len(c) - s for c, s in zip(distinct, start)], dtype=torch.long)
+        self.computed = int(n_new.sum())
         self.cache = self.dec.new_cache(len(distinct), capacity)
+        if self.pc is not None:
+            self.pc.load_into(self.cache, matched)
         logits = self.dec.forward(self.cache, toks.to(self.device), n_new.to(self.device))
+        if self.pc is not None:
+            self.pc.store(self.cache, distinct, matched)
         if len(distinct) < len(contexts):   # fork the shared prefixes
             idx = torch.tensor(owner, dtype=torch.long, device=self.device)
             self.cache.select(idx)
@@ -291,8 +383,10 @@ class HFStepper:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.device = next(model.parameters()).device
+        self.computed = 0
 
     def prefill(self, contexts: list[list[int]], capacity: int, pad_id: int) -> torch.Tensor:
+        self.computed = sum(len(c) for c in contexts)
         B, Lmax = len(contexts), max(len(c) for c in contexts)
         ids = torch.full((B, Lmax), pad_id, dtype=torch.long)
         attn = torch.zeros((B, Lmax), dtype=torch.long)

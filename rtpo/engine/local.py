@@ -99,7 +99,8 @@ def decoder_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.
 class LocalEngine:
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, seed: int = 0,
                  reference: bool = True, autocast_bf16: bool = False, device: str = "cpu", dtype: str = "auto",
-                 sample_batch: int = 256, sample_cache_mb: int = 1024, max_context: int | None = None) -> None:
+                 sample_batch: int = 256, sample_cache_mb: int = 1024, prefix_cache_mb: int = 256,
+                 max_context: int | None = None) -> None:
         """device / dtype: see `resolve_device`. The training weights stay fp32 (AdamW's master copy);
         with a bf16 compute dtype, forwards run under bf16 autocast and the inference and reference
         copies are held in bf16 (then sampled and recomputed logprobs agree to bf16 precision only:
@@ -130,6 +131,9 @@ class LocalEngine:
         self.seed_gen = random.Random(seed)  # draws per-request seeds when the caller gives none
         # the batched KV-cache decoder on the inference weights; None: the model's own forward
         self._decoder = D.Decoder(self.rollout_model) if D.supports(self.rollout_model) is None else None
+        # KV blocks of recent contexts for the next turn's prefill (cleared whenever the weights change)
+        self._prefix_cache = (D.PrefixCache(self._decoder, prefix_cache_mb * 2**20 // self._kv_bytes_per_token())
+                              if self._decoder is not None and prefix_cache_mb > 0 else None)
         torch.manual_seed(seed)
 
     # ------------------------------------------------------------------ construction helpers
@@ -203,12 +207,16 @@ class LocalEngine:
         return 2 * int(c.num_hidden_layers) * kv * hd * self.rollout_model.dtype.itemsize
 
     def _decode(self, contexts: list[list[int]], p: SamplingParams, seeds: list[int], budget: list[int]) -> list[dict]:
-        self.prefilled_tokens += sum(len(c) for c in {tuple(c) for c in contexts})
         kw = dict(max_new=budget, seeds=seeds, temperature=p.temperature, top_p=p.top_p,
                   stop_ids=set(self.eos_ids), tool_close_id=self.tool_close_id if p.stop_at_tool_call else None,
                   entropy_tokens=p.entropy_tokens, pad_id=self.pad_id)
-        stepper = D.KVStepper(self._decoder) if self._decoder is not None else D.HFStepper(self.rollout_model)
-        return D.decode(stepper, contexts, **kw)
+        if self._decoder is not None:
+            stepper: D.KVStepper | D.HFStepper = D.KVStepper(self._decoder, self._prefix_cache)
+        else:
+            stepper = D.HFStepper(self.rollout_model)
+        out = D.decode(stepper, contexts, **kw)
+        self.prefilled_tokens += stepper.computed
+        return out
 
     # ------------------------------------------------------------------ scoring
     def _micro_batches(self, prompts: list[list[int]], responses: list[list[int]], max_tokens: int) -> list[list[int]]:
@@ -413,6 +421,8 @@ class LocalEngine:
     def _refresh_decoder(self) -> None:
         if self._decoder is not None:
             self._decoder.refresh()  # its fused projections are copies of the inference weights
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
 
     # ------------------------------------------------------------------ persistence
     def state(self) -> dict[str, Any]:
@@ -427,7 +437,12 @@ class LocalEngine:
         }
 
     def save(self, path: str | os.PathLike) -> None:
-        """Atomically write weights (train + inference), optimizer, RNG states and counters."""
+        """Atomically write weights (train + inference), optimizer, RNG states and counters.
+
+        The prefix cache is not saved but cleared, so that the state an uninterrupted run goes on
+        from equals the state a run resumed from this checkpoint starts from."""
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tmp = path / "engine.pt.tmp"
