@@ -20,8 +20,8 @@ step, the previous checkpoint is used.
 
 Fault injection (tests/test_faults.py): RTPO_FAULT_TRACE=<file> appends one line per point of the
 run (`<unix time> <point> <step>`: step-begin, ckpt-begin, ckpt-engine, ckpt-files, ckpt-renamed,
-ckpt-end, final-begin, final-end, summary-end); RTPO_FAULT_DELAY=<seconds> sleeps at each point
-inside a write (ckpt-begin .. ckpt-renamed, final-begin) to widen it.
+ckpt-end, final-begin, final-exported, final-end, summary-end); RTPO_FAULT_DELAY=<seconds> sleeps
+at each point inside a write (ckpt-begin .. ckpt-renamed, final-exported) to widen it.
 """
 
 from __future__ import annotations
@@ -236,9 +236,10 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
                     raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
                                   "the same command resumes from it")
         bar.close()
-        fault_point("final-begin", None, slow=True)
+        fault_point("final-begin")
         with atomic_dir(out / "final") as tmp:
             engine.export(tmp)
+            fault_point("final-exported", slow=True)
         fault_point("final-end")
         summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
                               wall_s_this_run=time.perf_counter() - t0)

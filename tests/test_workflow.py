@@ -69,7 +69,7 @@ def ablation_cell_count(cfg: dict) -> int:
 
 @pytest.fixture(scope="module")
 def wf(tmp_path_factory) -> Path:
-    """A fresh working copy for dry runs (they write only results/config/<name>-<hash>.yaml)."""
+    """A fresh working copy for dry runs (they write nothing under results/)."""
     return workflow_copy(tmp_path_factory.mktemp("wf"))
 
 
@@ -95,11 +95,16 @@ def test_dry_run_of_every_config(wf, name):
     assert counts.get("tokenizer", 0) == (1 if cfg["model"]["source"] == "tiny" else 0)
     for rule in REPORT_RULES | {"all"}:
         assert counts[rule] == 1
-    # the effective config the rtpo commands read is this config, validated
+    # a dry run writes nothing (tests/test_faults.py); the effective config the rtpo commands read is
+    # written when jobs run (onstart): --touch runs none, in a copy of its own. It is this config, validated
     from rtpo.config import load_config
 
-    written = sorted((wf / "results" / "config").glob(f"{cfg['name']}-*.yaml"))
-    assert written, "no effective config written"
+    assert not (wf / "results").exists()
+    touched = workflow_copy(wf.parent / f"touch-{name}")
+    r = run_snakemake(touched, "--cores", "1", "--touch", "--configfile", f"config/{name}.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    written = sorted((touched / "results" / "config").glob(f"{cfg['name']}-*.yaml"))
+    assert len(written) == 1, "no effective config written"
     eff = load_config(written[-1])
     assert {k: v for k, v in eff.items() if k != "ablations"} == {k: v for k, v in cfg.items() if k != "ablations"}
 

@@ -11,6 +11,16 @@ as Slurm would; it records the job's state (COMPLETED or FAILED) under $FAKE_SLU
 prints the job id (`--parsable`). sacct and squeue report those states as `<id>|<STATE>`;
 sacctmgr lists one account ($FAKE_SLURM_ACCOUNT, default "rtpo_test"); scontrol shows a config
 with MinJobAge and MaxArraySize; srun drops its options and runs the command.
+
+A job runs in its own session; when its script exits, what is left of it is killed, as Slurm ends
+a job's processes with the job.
+
+Time limits / preemption (issue 20): with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
+contains it is killed as Slurm kills a job at its time limit: once FAKE_SLURM_KILL_WHEN
+("<file>:<text>", the file relative to the job's directory) holds the text, SIGTERM to every process
+of the job, SIGKILL to what is left FAKE_SLURM_KILL_WAIT seconds later (KillWait, default 30) --
+slurmd's order, which gives the job steps the grace time even when the batch shell dies at once --
+and the job ends in state FAKE_SLURM_KILL_STATE (default TIMEOUT). Later jobs that match run normally.
 """
 
 from __future__ import annotations
@@ -18,8 +28,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # sbatch / srun options that take a separate value (`-A acct`, `--job-name NAME`)
@@ -108,13 +120,76 @@ def sbatch(argv: list[str]) -> int:
     if gpus:
         env["SLURM_GPUS"] = gpus
     job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts}))
+    kill = kill_plan(opts, workdir)
     with open(log_path, "w") as out:
-        rc = subprocess.run(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
-                            stderr=subprocess.STDOUT).returncode
-    state = "COMPLETED" if rc == 0 else "FAILED"
-    job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts}))
+        proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        killed = run_job(proc, kill)
+    rc = proc.returncode
+    state = kill["state"] if killed else "COMPLETED" if rc == 0 else "FAILED"
+    job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts,
+                                            **({"killed": killed} if killed else {})}))
     print(job_id if "--parsable" in opts else f"Submitted batch job {job_id}")
     return 0
+
+
+def kill_plan(opts: dict[str, str], workdir: str) -> dict | None:
+    """The time-limit kill for this job (FAKE_SLURM_KILL_*), or None; each plan fires once."""
+    match = os.environ.get("FAKE_SLURM_KILL_MATCH")
+    if not match or match not in opts.get("--comment", ""):
+        return None
+    marker = state_dir() / "kill_fired"
+    with open(state_dir() / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return None
+        marker.write_text(match)
+    path, _, text = os.environ.get("FAKE_SLURM_KILL_WHEN", ":").partition(":")
+    return {"file": Path(workdir) / path if path else None, "text": text,
+            "wait": float(os.environ.get("FAKE_SLURM_KILL_WAIT", "30")),
+            "state": os.environ.get("FAKE_SLURM_KILL_STATE", "TIMEOUT")}
+
+
+def _signal_job(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the job's session: every process it started
+    except ProcessLookupError:
+        pass
+
+
+def _job_alive(proc: subprocess.Popen) -> bool:
+    """Whether any process of the job's session (process group) is left, the batch script included."""
+    if proc.poll() is None:
+        return True
+    try:
+        os.killpg(proc.pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def run_job(proc: subprocess.Popen, kill: dict | None) -> dict | None:
+    """Wait for the job; carry out `kill` when its condition holds. Returns what was done, or None.
+
+    As slurmd ends a job at its time limit: SIGTERM to every process of the job, then up to KillWait
+    for all of them to exit (the batch shell may die at once; the job steps it started get the
+    whole grace time), then SIGKILL. A job that ends by itself has what it left behind killed.
+    """
+    done = None
+    while proc.poll() is None or (done and _job_alive(proc)):
+        if kill and done is None:
+            f = kill["file"]
+            if f is None or (f.exists() and kill["text"] in f.read_text(errors="replace")):
+                _signal_job(proc, signal.SIGTERM)
+                done = {"sigterm_at": time.time()}
+        if done and "sigkill_at" not in done and time.time() - done["sigterm_at"] > kill["wait"]:
+            _signal_job(proc, signal.SIGKILL)
+            done["sigkill_at"] = time.time()
+        time.sleep(0.05)
+    if done:
+        done["exited_after_s"] = round(time.time() - done["sigterm_at"], 2)
+    _signal_job(proc, signal.SIGKILL)  # the job has ended: so do its processes
+    return done
 
 
 def jobs_named(name: str | None) -> list[tuple[str, str]]:

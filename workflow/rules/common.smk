@@ -78,30 +78,74 @@ def check_config(cfg):
 check_config(config)
 
 
+def check_slurm_gpu_resources(cfg):
+    """Refuse to submit GPU jobs without a GPU (issue 20).
+
+    Snakemake turns a profile's `set-resources` into a default of the --set-resources argument, so a
+    --set-resources on the command line replaces the profile's whole section (snakemake/cli.py,
+    configargparse defaults; the slurm plugin only reads the result): one rule's override would send
+    every training and evaluation job to the CPU partition without a GPU. Under a Slurm profile
+    (default-resources name a slurm_partition or slurm_account) with the verl engine, every training
+    rule of a method that trains, and the evaluation rules, must request `gpu` (or gpus / gres).
+    Checked in the main Snakemake process only (jobs on the nodes get their own resources).
+    """
+    defaults = workflow.resource_settings.default_resources
+    if not workflow.is_main_process or cfg.get("engine") != "verl" or defaults is None:
+        return
+    if not {"slurm_partition", "slurm_account"} & set(defaults.keys()):
+        return
+    rules = [f"train_{m}" for m in sorted(cfg["method"]) if int((cfg["method"][m] or {}).get("steps", cfg["train"]["steps"])) > 0]
+    rules += ["evaluate_run"]
+    if any(s in cfg["ablations"] for s in ("group_size", "sync", "continuation", "credit_assignment")):
+        rules += ["ablation_train", "ablation_evaluate"]
+    overwrite = workflow.resource_settings.overwrite_resources or {}
+    lacking = [r for r in rules if not {"gpu", "gpus", "gres"} & set(overwrite.get(r, {}))]
+    if lacking:
+        raise WorkflowError(
+            f"no GPU requested for {', '.join(lacking)} under a Slurm profile with engine: verl. A --set-resources "
+            "on the command line replaces the profile's whole set-resources section (Snakemake does not merge "
+            "them), which drops the GPU, partition and memory of every other rule. Change resources in the "
+            "profile instead (workflow/profiles/slurm/config.yaml, or a copy of that directory: see its README)."
+        )
+
+
+check_slurm_gpu_resources(config)
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. The effective config file
 # ---------------------------------------------------------------------------------------------
-def write_effective_config(cfg):
-    """Write the config exactly as Snakemake sees it (config files merged, --config applied, schema
-    defaults filled) to results/config/<name>-<sha256[:12]>.yaml and return that path.
+def effective_config(cfg):
+    """The config exactly as Snakemake sees it (config files merged, --config applied, schema
+    defaults filled): (results/config/<name>-<sha256[:12]>.yaml, its text).
 
     Every `rtpo` command reads this file, so jobs and DAG agree on the settings. The name is
-    content-addressed: a dry run of another config, or an edited config, writes a new file and never
-    changes the one that running jobs read. Written atomically and only when missing, because every
-    Slurm job re-parses this workflow on its compute node.
+    content-addressed: another config, or an edited one, gets a new file and never changes the one
+    that running jobs read.
     """
     text = yaml.safe_dump(cfg, sort_keys=True, default_flow_style=False)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = Path("results") / "config" / f"{cfg['name']}-{digest}.yaml"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(f"# written by workflow/rules/common.smk from: {_config_sources()}\n{text}")
-        os.replace(tmp, path)
-    return str(path)
+    return str(path), f"# written by workflow/rules/common.smk from: {_config_sources()}\n{text}"
 
 
-EFFECTIVE_CONFIG = write_effective_config(config)
+EFFECTIVE_CONFIG, _EFFECTIVE_TEXT = effective_config(config)
+
+
+def write_effective_config():
+    """Write EFFECTIVE_CONFIG (atomically, once). Called by `onstart`, which Snakemake runs only
+    when jobs are about to run: a dry run (`-n`), --summary, --lint or a DAG plot write nothing.
+    Slurm jobs re-parse the workflow on their node with --no-hooks and read the file the main
+    process wrote (a shared filesystem); so would a main process run with --no-hooks, which the
+    rtpo jobs then fail on with "config file not found"."""
+    if not os.path.exists(EFFECTIVE_CONFIG):
+        from rtpo.atomic import atomic_write_text
+
+        atomic_write_text(EFFECTIVE_CONFIG, _EFFECTIVE_TEXT)
+
+
+onstart:
+    write_effective_config()
 
 
 def eval_engine(wildcards, input):
@@ -398,6 +442,11 @@ def main_train_params(method):
 # checkpoint/ only when the previous attempt was this very job (same stamp) and did not finish
 # (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete). A rerun because settings changed, an
 # input was rebuilt, --forcerun or a deleted output starts from scratch.
+# On SIGTERM (Slurm's time limit or preemption; SIGINT: Ctrl-C) `rtpo train` finishes its step, saves
+# a checkpoint and exits 143 (rtpo/train.py). It runs in the background and is waited for, with the
+# signal passed on, because Slurm signals every process of the job and ends the job step when this
+# shell exits: a shell killed by the signal (bash runs no trap while a foreground command runs)
+# would take `rtpo train` with it before it saved.
 TRAIN_SHELL = """
 out=$(dirname {output.summary})
 mkdir -p "$out"
@@ -406,7 +455,12 @@ if [ "$(cat "$out/.rtpo-job" 2>/dev/null || true)" != "{params.stamp} running" ]
 fi
 echo "{params.stamp} running" > "$out/.rtpo-job"
 rtpo train --config {params.config} --method {params.method} --task {params.task} --seed {params.seed} \
-    --model {input.model} --train-file {input.train} {params.sets} --out "$out" > {log} 2>&1
+    --model {input.model} --train-file {input.train} {params.sets} --out "$out" > {log} 2>&1 &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT
+rc=0; wait "$pid" || rc=$?
+while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+[ "$rc" -eq 0 ] || exit "$rc"
 echo "{params.stamp} complete" > "$out/.rtpo-job"
 """
 

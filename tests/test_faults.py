@@ -1,0 +1,514 @@
+"""Faults that must not lose work (issue 20): `rtpo train` killed at random moments (inside
+checkpoint writes too) and rerun ends exactly as an uninterrupted run; SIGTERM saves a checkpoint
+and exits 143; corrupt inputs fail with exit 2 and a message naming the file; atomic outputs.
+
+The kill trials run the real CLI (`rtpo.cli.main(["train", ...])`) in processes forked from one
+server that imported torch and transformers once (tests/test_faults.py::SERVER): ~6 s of imports
+per run on 2 cores would otherwise be most of the test. The uninterrupted reference is a plain
+`python -m rtpo.cli train` subprocess, so the forked runs are checked against an ordinary one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, copy_workdir, run_snakemake, workflow_copy
+from tests.helpers import tiny
+
+TIME_KEYS = {"time", "wall_s_this_run", "time_total"}
+ENV = {"PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+STEPS = 3
+SETS = [f"train.steps={STEPS}", "train.checkpoint_every=1", "env.airline.max_turns=2", "model.threads=1"]
+DELAY = 0.15  # RTPO_FAULT_DELAY: seconds at each point inside a write (4 per checkpoint)
+WRITE_POINTS = {"ckpt-begin", "ckpt-engine", "ckpt-files", "ckpt-renamed"}
+
+# Forks one run per command line read from stdin, kills it as the command says, prints the outcome.
+SERVER = r"""
+import json, os, signal, sys, time, traceback
+sys.path.insert(0, {root!r})
+import torch, transformers, numpy, tqdm                              # noqa: the imports a run needs,
+from transformers import Qwen3ForCausalLM, AutoTokenizer             # noqa: done once, before forking
+import rtpo.cli, rtpo.train, rtpo.methods.registry, rtpo.envs, rtpo.data, rtpo.engine.local  # noqa
+for m in ("rtpo", "grpo"):
+    rtpo.methods.registry.get_method(m)
+print("ready", flush=True)
+
+def events(path):
+    try:
+        with open(path) as f:
+            return [line.split(maxsplit=1)[1].strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+for line in sys.stdin:
+    cmd = json.loads(line)
+    t0 = time.time()
+    pid = os.fork()
+    if pid == 0:                                                      # the run
+        rc = 1
+        try:
+            os.chdir(cmd["cwd"])
+            os.environ.update(cmd["env"])
+            fd = os.open(cmd["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            rc = rtpo.cli.main(cmd["argv"])
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+    kill, sent = cmd.get("kill"), None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if kill and sent is None:
+            at = kill.get("at")
+            if at is not None:
+                due = time.time() - t0 >= at
+            else:
+                ev = events(cmd["env"]["RTPO_FAULT_TRACE"])
+                due = kill["after"] in ev and time.time() - kill.setdefault("seen", time.time()) >= kill["delay"]
+            if due:
+                os.kill(pid, getattr(signal, "SIG" + kill["signal"]))
+                sent = time.time() - t0
+        time.sleep(0.002)
+    rc = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    print(json.dumps({{"rc": rc, "sent_at": sent, "wall": time.time() - t0}}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Airline tasks, a tiny Qwen3 (tests/helpers/tiny.py's tokenizer) and the CLI arguments of a run."""
+    from rtpo.data import write_task_files
+    from rtpo.engine.local import build_tiny_qwen3
+
+    d = tmp_path_factory.mktemp("faults")
+    write_task_files("airline", {"seed": 3, "n_train": 6, "n_eval": 2, "n_expert": 0}, d / "data")
+    tok = tiny.tokenizer()
+    m = build_tiny_qwen3(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                         max_position=1024)
+    m.save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    return d
+
+
+def train_argv(d: Path, out: Path, method: str = "rtpo") -> list[str]:
+    argv = ["train", "--method", method, "--task", "airline", "--config", str(ROOT / "config" / "smoke.yaml"),
+            "--seed", "0", "--model", str(d / "model"), "--train-file", str(d / "data" / "train.jsonl"),
+            "--out", str(out)]
+    for s in SETS:
+        argv += ["--set", s]
+    return argv
+
+
+class Server:
+    """The fork server (SERVER) in a subprocess; `run` forks one `rtpo` run and returns its outcome."""
+
+    def __init__(self, tmp: Path):
+        script = tmp / "server.py"
+        script.write_text(SERVER.format(root=str(ROOT)))
+        self.proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, **ENV}, cwd=tmp)
+        assert self.proc.stdout.readline().strip() == "ready"
+        self.tmp = tmp
+
+    def run(self, argv: list[str], trace: Path, log: Path, kill: dict | None = None,
+            delay: float = DELAY) -> dict:
+        env = {"RTPO_FAULT_TRACE": str(trace), "RTPO_FAULT_DELAY": str(delay)}
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "log": str(log), "cwd": str(self.tmp),
+                                          "kill": kill}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("server"))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def reference(setup, tmp_path_factory):
+    """An uninterrupted run: a plain `python -m rtpo.cli train` subprocess."""
+    d = setup
+    out = tmp_path_factory.mktemp("ref") / "run"
+    trace = out.parent / "trace"
+    r = subprocess.run([sys.executable, "-m", "rtpo.cli", *train_argv(d, out)], cwd=ROOT, capture_output=True,
+                       text=True, env={**os.environ, **ENV, "RTPO_FAULT_TRACE": str(trace)}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out, read_trace(trace)
+
+
+def read_trace(path: Path) -> list[tuple[float, str]]:
+    if not path.exists():
+        return []
+    return [(float(t), rest.strip()) for t, rest in (line.split(maxsplit=1) for line in path.read_text().splitlines())]
+
+
+def strip_times(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in TIME_KEYS}
+
+
+def snapshot(run: Path) -> dict:
+    """What a run leaves: every file's path, the bytes of final/ (weights, config, tokenizer) and
+    checkpoint/, metrics and summary without their wall-clock fields."""
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    blobs = {f: (run / f).read_bytes() for f in files if f.startswith("final/")}
+    ckpt = [f for f in files if f.startswith("checkpoint/")]
+    metrics = [strip_times(json.loads(x)) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return {"files": files, "final": blobs, "checkpoint": ckpt, "metrics": metrics,
+            "summary": strip_times(json.loads((run / "summary.json").read_text()))}
+
+
+def assert_same_result(run: Path, ref: dict, what: str) -> None:
+    got = snapshot(run)
+    assert got["files"] == ref["files"], (what, sorted(set(got["files"]) ^ set(ref["files"])))
+    for f, b in ref["final"].items():
+        assert got["final"][f] == b, (what, f"{f} differs from the uninterrupted run")
+    assert got["metrics"] == ref["metrics"], what
+    assert got["summary"] == ref["summary"], what
+
+
+def phase_at_kill(trace: list[tuple[float, str]]) -> str:
+    """Where a killed run was: inside a checkpoint write, inside final/, or elsewhere."""
+    if not trace:
+        return "start-up"
+    last = trace[-1][1].split()[0]
+    if last in WRITE_POINTS:
+        return "checkpoint write"
+    return {"step-begin": "training step", "final-begin": "final/ write", "final-exported": "final/ write",
+            "final-end": "summary.json write"}.get(last, "between writes")
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_rerun_matches_uninterrupted_run(setup, server, reference, tmp_path):
+    """SIGKILL `rtpo train` at 28 moments (half at uniformly random times over the whole run, a
+    third at random offsets inside a checkpoint write, a sixth inside the final/ write, both
+    widened by RTPO_FAULT_DELAY), rerun the same command each time without touching anything: the
+    result is the uninterrupted run's -- the same files (no stray temporaries), final/ byte for
+    byte, metrics and summary but for wall-clock fields. (~2 min on 2 busy cores)"""
+    d = setup
+    ref = snapshot(reference[0])
+    assert ref["checkpoint"] == [f"checkpoint/step-{STEPS - 1:08d}/{f}" for f in ("engine.pt", "metrics.jsonl", "state.json")]
+    # a forked run without write delays: the same result as the plain subprocess; its wall time
+    # is the span of the uniformly random kill times
+    out = tmp_path / "forked" / "run"
+    r = server.run(train_argv(d, out), out.parent / "trace", out.parent / "log", delay=0.0)
+    assert r["rc"] == 0, (out.parent / "log").read_text()[-3000:]
+    assert_same_result(out, ref, "forked, uninterrupted")
+    wall = r["wall"]
+    rng = random.Random(20)
+    kills, outcomes = 0, {}
+    trial = 0
+    while kills < 28 and trial < 40:
+        out = tmp_path / f"t{trial}" / "run"
+        trace = out.parent / "trace"
+        if trial % 2 == 0:  # a random time over the whole run (start-up, steps, writes as they are)
+            kill, delay = {"signal": "KILL", "at": rng.uniform(0.0, wall)}, 0.0
+        elif (trial // 2) % 3 < 2:  # a random moment inside the (widened) checkpoint write of a random step
+            kill = {"signal": "KILL", "after": f"ckpt-begin {rng.randrange(STEPS)}", "delay": rng.uniform(0, 4 * DELAY)}
+            delay = DELAY
+        else:                 # final/ exported, not yet renamed into place
+            kill, delay = {"signal": "KILL", "after": "final-exported", "delay": rng.uniform(0, DELAY)}, DELAY
+        r = server.run(train_argv(d, out), trace, out.parent / "killed.log", kill=kill, delay=delay)
+        trial += 1
+        if r["rc"] != -signal.SIGKILL:  # it finished before the kill: not a kill point
+            assert r["rc"] == 0, (out.parent / "killed.log").read_text()[-3000:]
+            continue
+        kills += 1
+        phase = phase_at_kill(read_trace(trace))
+        outcomes[phase] = outcomes.get(phase, 0) + 1
+        rerun_trace = out.parent / "trace-rerun"
+        r2 = server.run(train_argv(d, out), rerun_trace, out.parent / "rerun.log", delay=0.0)
+        assert r2["rc"] == 0, (kill, phase, (out.parent / "rerun.log").read_text()[-3000:])
+        assert_same_result(out, ref, f"trial {trial - 1}: killed at {kill} ({phase})")
+        # the rerun resumed where the newest complete checkpoint was (not from scratch, unless none)
+        begun = [e for _, e in read_trace(rerun_trace) if e.startswith("step-begin")]
+        killed_trace = [e for _, e in read_trace(trace)]
+        saved = [int(e.split()[1]) for e in killed_trace if e.startswith("ckpt-renamed")]
+        expect = {max(saved) + 1 if saved else 0}
+        if killed_trace and killed_trace[-1].startswith("ckpt-files"):  # killed around the rename itself
+            expect.add(int(killed_trace[-1].split()[1]) + 1)
+        first = int(begun[0].split()[1]) if begun else STEPS
+        assert first in expect, (kill, phase, begun, killed_trace)
+    print(f"\nfault injection: {kills} SIGKILLs in {trial} trials (run: {wall:.1f} s forked); where: {outcomes}")
+    assert kills >= 20, (kills, trial)
+    assert outcomes.get("checkpoint write", 0) >= 9 and outcomes.get("final/ write", 0) >= 4, outcomes
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_143(setup, server, reference, tmp_path):
+    """SIGTERM during step 1 (Slurm's time limit, preemption): the step is finished, checkpointed,
+    the run exits 143 naming the checkpoint; the same command resumes at step 2 and ends as the
+    uninterrupted run."""
+    d = setup
+    ref = snapshot(reference[0])
+    out = tmp_path / "run"
+    trace = tmp_path / "trace"
+    r = server.run(train_argv(d, out), trace, tmp_path / "term.log",
+                   kill={"signal": "TERM", "after": "step-begin 1", "delay": 0.0}, delay=0.0)
+    log = (tmp_path / "term.log").read_text()
+    assert r["rc"] == 143, log[-3000:]
+    assert "stopped by SIGTERM after step 1 of 3; checkpoint saved: " in log and "step-00000001" in log, log[-2000:]
+    assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["step-00000001"]
+    assert not (out / "summary.json").exists() and not (out / "final").exists()
+    r = server.run(train_argv(d, out), tmp_path / "trace2", tmp_path / "rerun.log", delay=0.0)
+    assert r["rc"] == 0, (tmp_path / "rerun.log").read_text()[-3000:]
+    assert [e for _, e in read_trace(tmp_path / "trace2") if e.startswith("step-begin")] == ["step-begin 2"]
+    assert_same_result(out, ref, "SIGTERM at step 1")
+
+
+# ------------------------------------------------------------------------------------------------
+# corrupt inputs: exit 2, a message naming the file and what is wrong, nothing else changed
+# ------------------------------------------------------------------------------------------------
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    from rtpo.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+def tree(p: Path) -> dict[str, bytes]:
+    return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
+
+
+@pytest.fixture()
+def model_copy(setup, tmp_path):
+    return Path(shutil.copytree(setup / "model", tmp_path / "model"))
+
+
+def test_truncated_model_file_names_it(setup, model_copy, tmp_path, capsys):
+    """`rtpo train --model DIR` with a truncated model.safetensors (an interrupted copy): exit 2,
+    the file and its sizes named; an existing run directory is left as it was."""
+    w = model_copy / "model.safetensors"
+    size = w.stat().st_size
+    w.write_bytes(w.read_bytes()[: size // 2])
+    out = tmp_path / "run"
+    (out / "checkpoint" / "step-00000000").mkdir(parents=True)
+    (out / "checkpoint" / "step-00000000" / "state.json").write_text('{"step": 0}')
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    before = tree(out)
+    argv = train_argv(setup, out)
+    argv[argv.index("--model") + 1] = str(model_copy)
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2
+    assert f"rtpo train: error: {w}: truncated safetensors file: {size // 2} bytes, but its header describes {size}" in err, err
+    assert tree(out) == before
+
+
+def test_corrupt_model_header_names_it(setup, model_copy, tmp_path, capsys):
+    """`rtpo evaluate --model DIR` with garbage at the start of model.safetensors, or a config.json
+    cut short: exit 2 naming the file; the existing eval JSON is not overwritten."""
+    out = tmp_path / "eval.json"
+    out.write_text('{"old": true}')
+    argv = ["evaluate", "--model", str(model_copy), "--method", "rtpo", "--task", "airline", "--config",
+            str(ROOT / "config" / "smoke.yaml"), "--eval-file", str(setup / "data" / "eval.jsonl"), "--out", str(out)]
+    w = model_copy / "model.safetensors"
+    data = w.read_bytes()
+    w.write_bytes(struct.pack("<Q", 40) + b"{not json at all, a damaged header}....." + data[48:])
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2 and f"rtpo evaluate: error: {w}: corrupt safetensors file: its header is not JSON" in err, err
+    w.write_bytes(data)
+    cfg = model_copy / "config.json"
+    cfg.write_text(cfg.read_text()[:40])
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2 and f"rtpo evaluate: error: {cfg}: corrupt JSON (" in err, err
+    assert out.read_text() == '{"old": true}'
+
+
+def test_corrupt_checkpoint_names_it_and_changes_nothing(setup, tmp_path, capsys):
+    """A damaged engine.pt in the newest checkpoint (a disk fault; a kill cannot do it): the rerun
+    exits 2 naming the checkpoint and how to start over; metrics.jsonl and the checkpoint stay."""
+    from rtpo.config import load_config
+    from rtpo.train import train
+
+    out = tmp_path / "run"
+    cfg = load_config(ROOT / "config" / "smoke.yaml", SETS[1:] + ["train.steps=1"])
+    train("grpo", "airline", cfg, 0, out, setup / "model", setup / "data" / "train.jsonl", progress=False)
+    (out / "summary.json").unlink()
+    ck = out / "checkpoint" / "step-00000000"
+    (ck / "engine.pt").write_bytes((ck / "engine.pt").read_bytes()[:5000])
+    before = tree(out)
+    argv = train_argv(setup, out, method="grpo")
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, err
+    assert (f"rtpo train: error: {ck / 'engine.pt'}: truncated or corrupt torch file (not a complete zip "
+            f"archive); cannot resume from the checkpoint {ck}: delete {out / 'checkpoint'} to train this run "
+            "from scratch") in err, err
+    assert tree(out) == before
+
+
+def test_corrupt_task_jsonl_names_file_and_line(setup, tmp_path, capsys):
+    """A train.jsonl cut in the middle of a line: exit 2 naming file and line; no run files written."""
+    src = (setup / "data" / "train.jsonl").read_text().splitlines()
+    bad = tmp_path / "train.jsonl"
+    bad.write_text("\n".join(src[:2]) + "\n" + src[2][: len(src[2]) // 2])
+    out = tmp_path / "run"
+    argv = train_argv(setup, out)
+    argv[argv.index("--train-file") + 1] = str(bad)
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2
+    assert f"rtpo train: error: {bad}:3: not a task (JSONDecodeError: " in err, err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_corrupt_parquet_names_the_file(tmp_path):
+    """A parquet benchmark file cut short (rtpo.data.adapters, which `rtpo data` reads every
+    benchmark and training set through): a ValueError (exit 2 in `rtpo`) naming the file."""
+    import pandas as pd
+
+    from rtpo.data.adapters import AdapterError, load_benchmark
+
+    p = tmp_path / "test.parquet"
+    pd.DataFrame({"problem": ["1+1?", "2+2?"], "answer": ["2", "4"]}).to_parquet(p)
+    p.write_bytes(p.read_bytes()[:-30])
+    with pytest.raises(AdapterError) as e:
+        load_benchmark("math500", p)
+    assert isinstance(e.value, ValueError)
+    assert str(e.value).startswith(f"file {p}: unreadable parquet file (ArrowInvalid: "), str(e.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# the atomic helpers
+# ------------------------------------------------------------------------------------------------
+
+def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
+    from rtpo.atomic import atomic_dir, atomic_path, atomic_write_text
+
+    final = tmp_path / "final"
+    with atomic_dir(final) as t:
+        (t / "a").write_text("1")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(final) as t:
+            (t / "a").write_text("2")
+            raise RuntimeError("killed half way")
+    assert (final / "a").read_text() == "1" and sorted(p.name for p in tmp_path.iterdir()) == ["final"]
+    stray = tmp_path / ".final.tmp-123-deadbeef"   # what a SIGKILLed write leaves
+    stray.mkdir()
+    with atomic_dir(final) as t:
+        (t / "b").write_text("3")
+    assert sorted(p.name for p in final.iterdir()) == ["b"] and not stray.exists()
+    f = tmp_path / "summary.json"
+    (tmp_path / ".summary.json.tmp-99-0").write_text("{")
+    atomic_write_text(f, "{}")
+    with atomic_path(tmp_path / "fig.png") as t:
+        assert t.suffix == ".png" and t.parent == tmp_path
+        t.write_bytes(b"png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "final", "summary.json"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the workflow: dry runs write nothing; resources cannot misroute; Slurm time limits resume
+# ------------------------------------------------------------------------------------------------
+
+FAKE_SLURM = ROOT / "tests" / "fake_slurm"
+SLURM_ENV = {"RTPO_SLURM_ACCOUNT": "rtpo_test", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
+
+
+def git_status(repo: Path) -> str:
+    return subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=repo,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_dry_run_leaves_git_status_unchanged(tmp_path):
+    """`snakemake -n` (CPU default, smoke, one target) writes nothing: `git status --ignored` of a
+    repository holding the workflow, configs and .gitignore is the same before and after -- but for
+    Snakemake's own IO cache, .snakemake/iocache/latest.pkl, which Snakemake writes in every dry run
+    (snakemake/dag.py) and the first one creates."""
+    repo = workflow_copy(tmp_path / "repo")
+    shutil.copy2(ROOT / ".gitignore", repo / ".gitignore")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=repo, check=True)
+    before = git_status(repo)
+    assert "A  config/smoke.yaml" in before and "!!" not in before
+    for i, args in enumerate((["-n"], ["-n", "--configfile", "config/smoke.yaml"],
+                              ["-n", "tables", "--configfile", "config/smoke.yaml"])):
+        r = run_snakemake(repo, *args)
+        assert r.returncode == 0 and "This was a dry-run" in r.stdout, (args, (r.stdout + r.stderr)[-2000:])
+        after = git_status(repo)
+        if i == 0:
+            assert after == before + "!! .snakemake/iocache/latest.pkl\n", after
+            before = after
+        assert after == before, (args, after)
+    assert not (repo / "results").exists()
+
+
+def test_command_line_set_resources_cannot_send_gpu_jobs_to_the_cpu_partition(tmp_path):
+    """A one-rule --set-resources on the command line replaces the profile's whole set-resources
+    (Snakemake, not merged): the workflow refuses to start, naming the rules left without a GPU.
+    The README's way -- a copy of the profile, edited -- changes the runtime and keeps the GPUs."""
+    work = workflow_copy(tmp_path / "wf")
+    r = run_snakemake(work, "--profile", "slurm", "-n", "--set-resources", "train_rtpo:runtime=2880", env=SLURM_ENV)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0
+    assert ("no GPU requested for train_arpo, train_grpo, train_rtpo, train_rtpo_ca, train_seeupo, train_tree_grpo, "
+            "evaluate_run, ablation_train, ablation_evaluate under a Slurm profile with engine: verl") in out, out[-2000:]
+    assert "replaces the profile's whole set-resources section" in out
+    assert not (work / "results").exists()
+    shutil.copytree(work / "slurm", work / "slurm-long")  # cp -rL slurm slurm-long
+    prof = work / "slurm-long" / "config.yaml"
+    assert prof.read_text().count("runtime: 1440") == 1
+    prof.write_text(prof.read_text().replace("runtime: 1440", "runtime: 2880"))
+    r = run_snakemake(work, "--profile", "./slurm-long", "-n", env=SLURM_ENV)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    jobs = {}
+    for block in r.stdout.split("\nrule ")[1:]:
+        jobs.setdefault(block.split(":", 1)[0], block)
+    for rule in ("train_rtpo", "train_grpo", "ablation_train"):
+        res = re.search(r"resources: (.*)", jobs[rule]).group(1)
+        assert "runtime=2880" in res and "gpu=8" in res and "slurm_partition=gpu" in res, (rule, res)
+    ev = re.search(r"resources: (.*)", jobs["evaluate_run"]).group(1)
+    assert re.search(r"\bgpu=[1-9]", ev) and "slurm_partition=gpu" in ev, ev
+
+
+@pytest.mark.slow
+def test_slurm_time_limit_then_retry_resumes_with_the_same_result(smoke_results, tmp_path):
+    """The real Slurm executor plugin against the fake Slurm: the first attempt of a training job is
+    killed as at its time limit (SIGTERM to every process of the job during step 0, SIGKILL after
+    the grace time), Snakemake's retry (profile `retries: 1`) resumes from the checkpoint the
+    SIGTERM saved, and the run ends as the smoke DAG's uninterrupted one. (~1-2 min)"""
+    work = copy_workdir(smoke_results, tmp_path / "work")
+    state, trace = tmp_path / "slurm_state", tmp_path / "trace"
+    state.mkdir()
+    cell = "results/runs/airline/rtpo/seed0"
+    ref = snapshot(smoke_results / cell)
+    env = {"PATH": f"{FAKE_SLURM}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "FAKE_SLURM_DIR": str(state), **SLURM_ENV, "RTPO_FAULT_TRACE": str(trace),
+           "FAKE_SLURM_KILL_MATCH": "rule_train_rtpo_", "FAKE_SLURM_KILL_WHEN": f"{trace}:step-begin 0",
+           "FAKE_SLURM_KILL_WAIT": "60", "FAKE_SLURM_KILL_STATE": "TIMEOUT"}
+    r = run_snakemake(work, f"{cell}/summary.json", "--profile", "slurm", "--configfile", "config/smoke.yaml",
+                      "--forcerun", f"{cell}/summary.json", "--slurm-init-seconds-before-status-checks", "1",
+                      env=env, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    jobs = [json.loads(p.read_text()) for p in sorted((state / "jobs").glob("*.json"))]
+    assert [j["state"] for j in jobs] == ["TIMEOUT", "COMPLETED"], jobs
+    assert all("rule_train_rtpo_" in j["opts"]["--comment"] for j in jobs)
+    first = jobs[0]
+    assert first["rc"] != 0 and "sigkill_at" not in first["killed"], first  # saved and exited within the grace time
+    events = [e for _, e in read_trace(trace)]
+    # attempt 1: step 0, its checkpoint, stop; attempt 2 resumes at step 1 -- each step ran once
+    assert [e for e in events if e.startswith("step-begin")] == ["step-begin 0", "step-begin 1"], events
+    assert events.index("ckpt-end 0") < events.index("step-begin 1")
+    assert_same_result(work / cell, ref, "killed at the time limit, retried")
+    assert (work / cell / ".rtpo-job").read_text().split()[1] == "complete"
