@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+from rtpo.atomic import atomic_call  # noqa: E402
 from rtpo.report.load import MAIN, Results, benchmark_label  # noqa: E402
 from rtpo.report.stats import summarize  # noqa: E402
 from rtpo.report.tables import method_label, methods_with, tasks_with  # noqa: E402
@@ -66,8 +67,8 @@ def _style():
 def _save(fig, outdir: Path, name: str) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / f"{name}.png", outdir / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=DPI)  # layouts leave room for titles and legends (tight_layout rect)
-    fig.savefig(paths[1])
+    atomic_call(paths[0], fig.savefig, dpi=DPI)  # layouts leave room for titles and legends (tight_layout rect)
+    atomic_call(paths[1], fig.savefig)
     plt.close(fig)
     return paths
 

@@ -28,6 +28,7 @@ from typing import Callable
 
 import pandas as pd
 
+from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.report.load import MAIN, Results, benchmark_label
 from rtpo.report.stats import (
     INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, RULE_DIRECTION, RULE_EQUIVALENCE, RULE_THEORY,
@@ -504,8 +505,8 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     df = full[~is_timing].drop(columns="timing").reset_index(drop=True)
     paths = [out / "claims.csv", out / "claims.md", out / "claims.tex", out / "timing_claims.csv",
              out / "timing_claims.md"]
-    df.to_csv(paths[0], index=False)
-    timing.to_csv(paths[3], index=False)
+    atomic_call(paths[0], df.to_csv, index=False)  # issue 20: renamed into place
+    atomic_call(paths[3], timing.to_csv, index=False)
     counts = df.verdict.value_counts()
     summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
     tcounts = timing.verdict.value_counts()
@@ -514,16 +515,16 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.",
           f"{len(timing)} wall-clock claims are in timing_claims.md ({tsummary}): timings depend on the machine "
           "and its load.", "", *rules_text(), "", to_markdown(disp), ""]
-    paths[1].write_text("\n".join(md) + "\n")
+    atomic_write_text(paths[1], "\n".join(md) + "\n")
     tmd = ["# Claim ledger: wall-clock claims", "", f"{len(timing)} claims: {tsummary}. Timings: they depend on "
            "the machine and its load (the rest of the ledger is claims.md).", "", *rules_text(), "",
            to_markdown(ledger_display(timing, str(res.cfg.get("name", "ours")))), ""]
-    paths[4].write_text("\n".join(tmd) + "\n")
+    atomic_write_text(paths[4], "\n".join(tmd) + "\n")
     body = pd.DataFrame([[latex_escape(v) for v in rec] for rec in disp.itertuples(index=False)],
                         columns=[latex_escape(c) for c in disp.columns])
     colfmt = "lp{2cm}p{4cm}p{3cm}p{4cm}lp{3cm}lll"
     tex = body.to_latex(index=False, escape=False, longtable=True, column_format=colfmt,
                         caption=latex_escape(f"Claim ledger ({summary}). " + " ".join(rules_text())),
                         label="tab:claims")
-    paths[2].write_text(tex)
+    atomic_write_text(paths[2], tex)
     return paths

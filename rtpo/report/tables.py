@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.config import method_settings
 from rtpo.report.load import MAIN, Results, benchmark_label, select_window, sort_benchmarks, training_steps
 from rtpo.report.stats import (
@@ -1103,9 +1104,9 @@ def write_table(t: Table, outdir: str | Path) -> list[Path]:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{t.name}.csv", out / f"{t.name}.md", out / f"{t.name}.tex"]
-    t.data.to_csv(paths[0], index=False)
+    atomic_call(paths[0], t.data.to_csv, index=False)  # issue 20: renamed into place
     md = [f"## {t.title}", "", to_markdown(t.display), ""] + [f"- {n}" for n in t.notes]
-    paths[1].write_text("\n".join(md) + "\n")
+    atomic_write_text(paths[1], "\n".join(md) + "\n")
     caption = t.title + ". " + " ".join(t.notes)
-    paths[2].write_text(to_latex(t.display, caption, f"tab:{t.name}"))
+    atomic_write_text(paths[2], to_latex(t.display, caption, f"tab:{t.name}"))
     return paths
