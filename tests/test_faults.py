@@ -389,6 +389,28 @@ def test_corrupt_parquet_names_the_file(tmp_path):
     assert str(e.value).startswith(f"file {p}: unreadable parquet file (ArrowInvalid: "), str(e.value)
 
 
+def test_set_errors_name_the_set_argument(tmp_path):
+    """An invalid `--set` is reported against the --set argument, not the (valid) config file; an
+    invalid file is still reported against the file."""
+    from rtpo.config import ConfigError, load_config
+
+    smoke = ROOT / "config" / "smoke.yaml"
+    cases = [(["method.rtpo.group_size=3", "train.lrr=1"],
+              "--set train.lrr=1: invalid config at 'train': Additional properties are not allowed ('lrr' was unexpected)"),
+             (["env.math.psi=qwen4"], "--set env.math.psi=qwen4: invalid config at 'env.math.psi': 'qwen4' does not match"),
+             (["train.lr=[1,"], "--set train.lr=[1,: the value '[1,' is not valid YAML ("),
+             (["train.lr.x=1"], "--set train.lr.x=1: override 'train.lr.x': 'lr' is not a mapping")]
+    for sets, message in cases:
+        with pytest.raises(ConfigError) as e:
+            load_config(smoke, sets)
+        assert str(e.value).startswith(message), str(e.value)
+        assert "group_size" not in str(e.value)  # the valid --set is not blamed
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(smoke.read_text().replace("  lr: 2.0e-4\n", "  lr: fast\n", 1))
+    with pytest.raises(ConfigError, match=rf"^{bad}: invalid config at 'train.lr'"):
+        load_config(bad, ["train.steps=3"])
+
+
 # ------------------------------------------------------------------------------------------------
 # the atomic helpers
 # ------------------------------------------------------------------------------------------------
