@@ -20,7 +20,8 @@ from typing import Any, TextIO
 
 
 class LogProgress:
-    """The part of tqdm's interface the package uses: iteration, update, set_postfix, close, `with`."""
+    """The part of tqdm's interface the package uses: iteration, update, set_postfix(_str),
+    set_description, close, `with`."""
 
     def __init__(self, iterable: Iterable | None = None, total: int | None = None, desc: str = "",
                  unit: str = "it", every: float = 5.0, file: TextIO | None = None, initial: int = 0,
@@ -59,6 +60,12 @@ class LogProgress:
     def set_postfix(self, ordered_dict: dict | None = None, refresh: bool = True, **kw: Any) -> None:
         items = dict(ordered_dict or {}, **kw)
         self.postfix = ", ".join(f"{k}={v}" for k, v in items.items())
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        self.postfix = str(s)
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        self.desc = desc or ""
 
     def close(self) -> None:
         if not self._closed:

@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/bench_engine.py [--hidden 128 --layers 2 --batch 16 --new 64 --threads 2]
 
-Prints tokens/s of LocalEngine.sample (batched, KV cache, per-token logprobs, per-request seeds),
+Prints tokens/s of LocalEngine.sample (rtpo.engine.decoder: batched, preallocated KV cache,
+per-token logprobs, per-request counter-based seeds; its prefix cache emptied before each repeat),
 of transformers' model.generate on the same contexts (sampling, KV cache, no logprobs), and of
 LocalEngine.update (PPO step: forward + backward + AdamW), plus the ratios.
 """
@@ -50,6 +51,7 @@ def main() -> None:
         return max(ts)
 
     def ours():
+        e.drop_prefix_cache()  # every repeat prefills from scratch, as generate does
         comps = e.sample(ctx, p)
         return sum(len(c.ids) for c in comps)
 

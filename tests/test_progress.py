@@ -13,6 +13,7 @@ def test_lines():
     with progress(total=10, desc="y", file=f, every=50) as b:
         for _ in range(10):
             b.update(1); b.set_postfix(loss="0.5")
+        b.set_postfix_str("stage=done"); b.set_description("y2")
     assert f.getvalue().count("\n") == 2 and "\r" not in f.getvalue() and "loss=0.5" in f.getvalue()
     f = io.StringIO()
     b = LogProgress(range(3), total=10, initial=2, desc="z", file=f, every=50); list(b)

@@ -415,10 +415,17 @@ class LocalEngine:
     def sync(self) -> None:
         """Copy the training weights into the inference model (the weight-sync of verl/vLLM)."""
         self.rollout_model.load_state_dict(self.model.state_dict())
-        self._refresh_decoder()
+        self.inference_weights_changed()
         self.weight_version += 1
 
-    def _refresh_decoder(self) -> None:
+    def drop_prefix_cache(self) -> None:
+        """Forget cached context blocks (benchmarks that compare cold prefills call this)."""
+        if self._prefix_cache is not None:
+            self._prefix_cache.clear()
+
+    def inference_weights_changed(self) -> None:
+        """Call after writing into `rollout_model`'s weights in place (sync, load, or a server that
+        pushes weights into it): the decoder re-reads them and the prefix cache is emptied."""
         if self._decoder is not None:
             self._decoder.refresh()  # its fused projections are copies of the inference weights
         if self._prefix_cache is not None:
@@ -456,7 +463,7 @@ class LocalEngine:
         st = torch.load(f, weights_only=False, map_location=self.device)
         self.model.load_state_dict(st["model"])
         self.rollout_model.load_state_dict(st["rollout_model"])
-        self._refresh_decoder()
+        self.inference_weights_changed()
         self.optimizer.load_state_dict(st["optimizer"])
         self.weight_version, self.train_version = st["weight_version"], st["train_version"]
         torch.set_rng_state(st["rng"]["torch"].cpu())

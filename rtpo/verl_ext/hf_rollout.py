@@ -244,11 +244,9 @@ class HFGenerateServer:
             with torch.no_grad():
                 for k, v in items.items():
                     own[k].copy_(v.to(own[k].dtype))
-            # LocalEngine's KV decoder samples from fused copies of the inference weights: refresh them
-            # (what LocalEngine.sync does after its own weight copy)
-            refresh = getattr(self.engine, "_refresh_decoder", None)
-            if refresh is not None:
-                refresh()
+            # LocalEngine's decoder samples from fused copies of the inference weights, and its prefix
+            # cache holds keys/values of the old ones (what LocalEngine.sync does after its own copy)
+            self.engine.inference_weights_changed()
         self._discarded = False
         if global_steps is not None:
             self.global_steps = int(global_steps)
