@@ -232,3 +232,36 @@ def test_planted_duplicates_are_dropped_and_counted():
                      {"id": "t1", "how": "exact", "question": tasks[1].question}]}
     assert rep["benchmarks"]["math500"]["ngram"] == 1 and rep["benchmarks"]["bamboogle"]["dropped"] == 0
     assert (rep["candidates"], rep["dropped"], rep["kept"]) == (5, 3, 2)
+
+
+# ------------------------------------------------------------------------------------------------
+# "not run" in the tables and the claim ledger
+# ------------------------------------------------------------------------------------------------
+
+def test_not_run_benchmarks_are_marked_in_tables_and_ledger(tmp_path):
+    """results/data/search/not_run.json (what prepare writes without a web-search key) -> a 'not run'
+    row in every table with benchmark rows for search, a note why, and the ledger says so."""
+    from rtpo.report.ledger import write_ledger
+    from rtpo.report.load import load_results
+    from rtpo.report.tables import build_tables
+    from tests.report_fixture import fixture_config, make_results_tree
+
+    cfg = fixture_config(seeds=[0, 1], **{"ablations.seeds": [0, 1]})
+    make_results_tree(tmp_path, cfg, theory=False)
+    why = "no web-search API key: environment variable SERPAPI_API_KEY is not set"
+    (tmp_path / "results" / "data" / "search").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "results" / "data" / "search" / "not_run.json").write_text(
+        json.dumps({"task": "search", "benchmarks": {"gaia": why, "hle": why}}))
+    res = load_results(tmp_path / "results", cfg)
+    assert res.not_run == {"search": {"gaia": why, "hle": why}}
+    t1 = next(t for t in build_tables(res) if t.name == "table01_main")
+    marked = t1.display[t1.display["benchmark"].isin(["gaia", "hle"])]
+    assert len(marked) == 2 and set(marked["task"]) == {"search"}
+    assert all(v == "not run" for col in marked.columns if col not in ("task", "benchmark") for v in marked[col])
+    assert any("not run on search: gaia, hle" in n and why in n for n in t1.notes)
+    assert not t1.data["benchmark"].isin(["gaia", "hle"]).any()  # no numbers for them
+    md = (write_ledger(res, tmp_path / "tables")[1]).read_text()
+    assert f"Not run, so no claim is scored on them: gaia (search: {why}); hle (search: {why})." in md
+    clean = load_results(tmp_path / "results", cfg)
+    (tmp_path / "results" / "data" / "search" / "not_run.json").unlink()
+    assert load_results(tmp_path / "results", cfg).not_run == {} and clean.not_run

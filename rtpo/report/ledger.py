@@ -424,6 +424,8 @@ def evaluate_claims(res: Results) -> pd.DataFrame:
         note = c.note
         if s.n == 0 and not note:
             note = "no runs or no values for this comparison"
+        if s.n == 0 and res.not_run:  # e.g. the deep-search benchmarks without a web-search key
+            note += "; not run: " + ", ".join(f"{b} ({t})" for t, bs in sorted(res.not_run.items()) for b in sorted(bs))
         elif s.n == 1:
             note = (note + "; " if note else "") + "one seed: no interval"
         rows.append({"claim_id": c.id, "source": c.source, "claim": c.claim, PAPER_COL: c.paper,
@@ -512,7 +514,9 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     tcounts = timing.verdict.value_counts()
     tsummary = ", ".join(f"{tcounts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
     disp = ledger_display(df, str(res.cfg.get("name", "ours")))
+    not_run = [f"{b} ({t}: {why})" for t, bs in sorted(res.not_run.items()) for b, why in sorted(bs.items())]
     md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.",
+          *([f"Not run, so no claim is scored on them: {'; '.join(not_run)}."] if not_run else []),
           f"{len(timing)} wall-clock claims are in timing_claims.md ({tsummary}): timings depend on the machine "
           "and its load.", "", *rules_text(), "", to_markdown(disp), ""]
     atomic_write_text(paths[1], "\n".join(md) + "\n")

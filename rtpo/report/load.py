@@ -304,6 +304,9 @@ class Results:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # task -> {benchmark: reason} the data job left out (results/data/<task>/not_run.json, e.g. the
+    # deep-search benchmarks without a web-search key, rtpo/data/paper.py); tables mark them "not run"
+    not_run: dict[str, dict[str, str]] = field(default_factory=dict)
 
     # ---- selections --------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -525,4 +528,17 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
             df["seed"] = df["seed"].astype(int)
     if not steps.empty:
         steps["step"] = steps["step"].astype(int)
-    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems)
+    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems,
+                   not_run=read_not_run(root, cfg))
+
+
+def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """{task: {benchmark: reason}} from results/data/<task>/not_run.json (paper scale only)."""
+    out = {}
+    for t in cfg.get("tasks", []):
+        p = root / "data" / t / "not_run.json"
+        if p.exists():
+            benches = json.loads(p.read_text()).get("benchmarks") or {}
+            if benches:
+                out[t] = {str(b): str(why) for b, why in benches.items()}
+    return out
