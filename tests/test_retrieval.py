@@ -24,11 +24,11 @@ from rtpo.engine.base import Completion, SamplingParams
 from rtpo.envs import make_env
 from rtpo.envs.base import Task
 from rtpo.retrieval.client import CachedRetriever, HttpRetriever, health
-from rtpo.retrieval.core import ResultCache, RetrievalError, top_k_order
+from rtpo.retrieval.core import ResultCache, RetrievalError, bm25_scores, top_k_order
 from rtpo.retrieval.index import DiskBM25Index, build_index
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.rollout import Roller, Start
-from rtpo.tools.search import BM25Index, retriever_for
+from rtpo.tools.search import BM25Index, _tokenize, retriever_for
 from tests.helpers import tiny
 
 N_PASSAGES = 100_000
@@ -174,6 +174,11 @@ def _ranking(hits):
 def test_server_returns_the_in_process_ranking(big):
     disk = DiskBM25Index(big["index"])
     assert len(disk) == N_PASSAGES
+    bm = big["memory"]._bm25
+    for q in big["queries"][:40]:  # our scoring loop is bm25s's get_scores, bit for bit
+        toks = _tokenize([q])[0]
+        if toks:
+            assert np.array_equal(bm25_scores(bm, bm.get_tokens_ids(toks)), bm.get_scores(toks)), q
     client = HttpRetriever(big["url"])
     nonempty = 0
     for q in big["queries"]:
@@ -292,3 +297,86 @@ def test_auto_server_per_node_restarts_after_a_crash(big, tmp_path, monkeypatch)
     new = a.url()
     assert health(new) and url_file.read_text().strip() == new
     os.kill(int(url_file.parent.joinpath("server.log").read_text().rsplit("(pid ", 1)[1].split(",")[0]), signal.SIGTERM)
+
+
+# ------------------------------------------------------------------------------------------------
+# optional: the e5 + faiss dense index (skipped where faiss is not installed: the CPU install has none)
+# ------------------------------------------------------------------------------------------------
+
+def test_dense_index_ranking_and_server(tmp_path):
+    """A tiny random BERT as the encoder (real transformers model, e5 pooling), faiss IndexFlatIP:
+    the index's ranking is the exact cosine ranking, in process and through the server."""
+    pytest.importorskip("faiss")
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from rtpo.retrieval.dense import DenseIndex, E5Encoder, build_dense_index
+
+    passages = synthetic_corpus(300, seed=5)
+    words = sorted({w for p in passages for w in f"{p['title']} {p['text']}".split()} | {"query", "passage"})
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ":", *words]) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt"))
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64, max_position_embeddings=64))
+    tok.save_pretrained(tmp_path / "enc")
+    model.save_pretrained(tmp_path / "enc")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in passages))
+    enc = E5Encoder(str(tmp_path / "enc"), device="cpu")
+    meta = build_dense_index(corpus, tmp_path / "dense", encoder=enc, chunk=64, progress=False)
+    assert meta["passages"] == 300 and meta["kind"] == "dense"
+    idx = DenseIndex(tmp_path / "dense", encoder=enc)
+    P = enc.encode([f"{p['title']} {p['text']}" for p in passages], "passage: ")
+    for q in queries(passages, 20, seed=3)[:20]:
+        s = P @ enc.encode([q], "query: ")[0]
+        want = [passages[i]["id"] for i in np.lexsort((np.arange(300), -s))[:5]]
+        assert [h["id"] for h in idx.search(q, 5)] == want
+    srv = RetrievalServer(idx).start()
+    try:
+        q = queries(passages, 1, seed=9)[0]
+        assert [h["id"] for h in HttpRetriever(srv.url).search(q, 3)] == [h["id"] for h in idx.search(q, 3)]
+    finally:
+        srv.stop()
+
+
+def test_cpu_default_search_stays_in_process():
+    """The embedded search tasks name no retriever: the env indexes the embedded corpus in process."""
+    from rtpo.data import generate_tasks
+
+    task = generate_tasks("search", 1, 0, "eval")[0]
+    assert "retriever" not in task.meta
+    env = make_env(task)
+    env.reset(task)
+    assert type(env._index) is BM25Index
+    res = env.step(_call(task.question.split()[0]))
+    assert res.info["tool_errors"] == 0 and not res.observations[0]["content"].startswith("Error")
+
+
+def test_server_workers_share_the_socket_and_die_with_it(tmp_path):
+    """--workers 2: two processes answer on one port; killing the first takes the other down too."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in SMALL))
+    url_file = tmp_path / "url"
+    proc = subprocess.Popen([sys.executable, "-m", "rtpo.retrieval.server", "--corpus", str(corpus), "--workers", "2",
+                             "--url-file", str(url_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while not (url_file.exists() and health(url_file.read_text().strip())):
+            assert time.monotonic() - t0 < 60 and proc.poll() is None
+            time.sleep(0.1)
+        url = url_file.read_text().strip()
+        pids = set()
+        for _ in range(200):
+            pids.add(health(url)["pid"])
+            if len(pids) == 2:
+                break
+        assert len(pids) == 2 and proc.pid in pids
+        assert [h["id"] for h in HttpRetriever(url).search("vessel river", 1)] == ["c"]
+    finally:
+        proc.kill()
+        proc.wait()
+    t0 = time.monotonic()
+    while health(url, timeout=0.5) is not None:
+        assert time.monotonic() - t0 < 10, "a worker outlived the server"
+        time.sleep(0.1)

@@ -57,7 +57,8 @@ def server_dir(index: str | Path) -> Path:
     return root / hashlib.sha256(str(Path(index).resolve()).encode()).hexdigest()[:16]
 
 
-def ensure_server(index: str | Path, start_timeout: float = 900.0, idle_exit: float = 1800.0) -> str:
+def ensure_server(index: str | Path, start_timeout: float = 900.0, idle_exit: float = 1800.0,
+                  workers: int = 1) -> str:
     """The URL of this node's server for `index`, starting one if none answers (see module docstring)."""
     for p in list(_CHILDREN):
         if p.poll() is not None:
@@ -76,7 +77,8 @@ def ensure_server(index: str | Path, start_timeout: float = 900.0, idle_exit: fl
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "rtpo.retrieval.server", "--index", str(Path(index).resolve()),
-                 "--port", "0", "--url-file", str(url_file), "--idle-exit", str(idle_exit)],
+                 "--port", "0", "--url-file", str(url_file), "--idle-exit", str(idle_exit),
+                 "--workers", str(workers)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         _CHILDREN.append(proc)
         t0 = time.monotonic()
@@ -96,6 +98,18 @@ def ensure_server(index: str | Path, start_timeout: float = 900.0, idle_exit: fl
                              f"(log {log_path})")
 
 
+def _index_name(index: str | Path | None) -> str | None:
+    """The identity of a built index (the cache key's backend): the same as the in-process index's
+    `name`, so a rebuilt index never reuses results cached from the old one."""
+    meta = Path(index) / "meta.json" if index else None
+    if meta is None or not meta.exists():
+        return None
+    m = json.loads(meta.read_text())
+    if m.get("kind") == "dense":
+        return f"dense:{m['model']}:{m['passages']}:{m['built_at']}"
+    return f"bm25:{m['passages']}:{m['corpus_bytes']}:{m['built_at']}"
+
+
 class HttpRetriever:
     """search(query, k) against a `/retrieve` server; one keep-alive connection per thread.
 
@@ -106,7 +120,7 @@ class HttpRetriever:
 
     def __init__(self, url: str, index: str | Path | None = None, topk: int | None = None,
                  timeout: float = 10.0, retries: int = 2, backoff: float = 0.25, name: str | None = None,
-                 start_timeout: float = 900.0):
+                 start_timeout: float = 900.0, workers: int = 1):
         if url == "auto" and index is None:
             raise ValueError("retriever kind http: url 'auto' needs 'index' (the index the server loads)")
         if url != "auto" and urlsplit(url).scheme not in ("http", "https"):
@@ -114,8 +128,8 @@ class HttpRetriever:
         self.spec_url, self.index = url, index
         self.topk = int(topk) if topk else None
         self.timeout, self.retries, self.backoff = float(timeout), int(retries), float(backoff)
-        self.start_timeout = start_timeout
-        self.name = name or (f"http-index:{Path(index).resolve()}" if index else f"http:{url}")
+        self.start_timeout, self.workers = start_timeout, int(workers)
+        self.name = name or _index_name(index) or f"http:{url}"
         self._url: str | None = None if url == "auto" else url
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -124,7 +138,7 @@ class HttpRetriever:
     def url(self) -> str:
         with self._lock:
             if self._url is None:
-                self._url = ensure_server(self.index, start_timeout=self.start_timeout)
+                self._url = ensure_server(self.index, start_timeout=self.start_timeout, workers=self.workers)
             return self._url
 
     def _conn(self, url: str) -> http.client.HTTPConnection:

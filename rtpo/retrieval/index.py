@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rtpo.retrieval.core import passage_from_row, top_k_order
+from rtpo.retrieval.core import bm25_scores, passage_from_row, top_k_order
 
 __all__ = ["build_index", "DiskBM25Index", "Progress", "read_passages"]
 
@@ -206,7 +206,7 @@ class DiskBM25Index:
         ids = self._bm25.get_tokens_ids(toks) if toks else []
         if not ids:
             return []
-        scores = self._bm25.get_scores_from_ids(ids)
+        scores = bm25_scores(self._bm25, ids)
         order = top_k_order(scores, self._id_rank, k)
         hits = read_passages(self._fd, self._offsets, order, where=str(self.corpus))
         return [{**h, "score": float(scores[i])} for h, i in zip(hits, order)]

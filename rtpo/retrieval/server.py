@@ -3,7 +3,7 @@
     POST /retrieve  {"queries": ["..."], "topk": 3, "return_scores": true}
         -> {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"}, "score": 1.23}, ...]]}
            (without return_scores each inner item is the document alone, as in Search-R1)
-    GET  /health    -> {"status": "ok", "backend": "...", "passages": N}
+    GET  /health    -> {"status": "ok", "backend": "...", "passages": N, "pid": the answering process}
 
 Errors: a malformed request is 400 {"error": ...}; a backend failure (e.g. the web provider
 refused) is 502 {"error": ...}. The server is the stdlib ThreadingHTTPServer (HTTP/1.1 keep-alive,
@@ -16,6 +16,11 @@ It prints ``rtpo-retrieval: serving <backend> on http://HOST:PORT`` once it acce
 with --url-file, writes that URL there (atomically): --port 0 takes a free port and reports it.
 With --idle-exit S it stops after S seconds without a request (the per-node servers that
 `rtpo.retrieval.client` starts on demand use this, so none outlives its jobs for long).
+
+--workers W forks W - 1 more processes after the index is loaded; all accept on the same socket.
+A query holds the GIL for most of its time (numpy fancy indexing over the postings), so one
+process answers about one query per core at a time; the memory-mapped index is shared by all
+workers through the page cache. Workers die with the first process (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ MAX_QUERIES = 1024
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
     server: "_Server"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: one line per request is too much
@@ -58,7 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") == "/health":
             b = self.server.backend
             n = len(b) if hasattr(b, "__len__") else None
-            self._send(200, {"status": "ok", "backend": getattr(b, "name", type(b).__name__), "passages": n})
+            self._send(200, {"status": "ok", "backend": getattr(b, "name", type(b).__name__), "passages": n,
+                             "pid": os.getpid()})
         else:
             self._send(404, {"error": f"no such path {self.path}; use POST /retrieve or GET /health"})
 
@@ -165,6 +172,18 @@ class RetrievalServer:
         self._thread.start()
         return self
 
+    def fork_workers(self, workers: int) -> None:
+        """Fork workers - 1 processes serving the same listening socket (call before serve_forever)."""
+        for _ in range(max(int(workers), 1) - 1):
+            if os.fork() == 0:
+                try:
+                    import ctypes
+                    import signal
+                    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+                except (OSError, AttributeError):
+                    pass
+                return  # the child serves too
+
     def serve_forever(self) -> None:
         if self.idle_exit:
             threading.Thread(target=self._watch_idle, daemon=True).start()
@@ -183,6 +202,10 @@ def load_backend(index: str | None = None, corpus: str | None = None, web: str |
     if sum(x is not None for x in (index, corpus, web)) != 1:
         raise ValueError("give exactly one of --index, --corpus, --web")
     if index is not None:
+        meta = Path(index) / "meta.json"
+        if meta.exists() and json.loads(meta.read_text()).get("kind") == "dense":
+            from rtpo.retrieval.dense import DenseIndex
+            return DenseIndex(index)
         from rtpo.retrieval.index import DiskBM25Index
         return DiskBM25Index(index)
     if corpus is not None:
@@ -214,12 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=3, help="passages per query when a request gives none")
     ap.add_argument("--url-file", help="write the server's URL here once it accepts requests")
     ap.add_argument("--idle-exit", type=float, default=None, help="stop after this many idle seconds")
+    ap.add_argument("--workers", type=int, default=1, help="processes accepting on the socket (one query per core)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         backend = load_backend(args.index, args.corpus, args.web, args.key_env)
         srv = RetrievalServer(backend, args.host, args.port, args.topk, args.idle_exit)
-    except (ValueError, FileNotFoundError, OSError, RetrievalError) as e:
+    except (ValueError, FileNotFoundError, OSError, ImportError, RetrievalError) as e:
         print(f"rtpo-retrieval: error: {e}", file=sys.stderr, flush=True)
         return 2
     name = getattr(backend, "name", type(backend).__name__)
@@ -227,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.perf_counter() - t0:.1f} s)", flush=True)
     if args.url_file:
         _write_url(args.url_file, srv.url)
+    srv.fork_workers(args.workers)
     try:
         srv.serve_forever()
     except KeyboardInterrupt:

@@ -13,6 +13,7 @@ job writes it from the config's `data.search.retriever` / `web`; rtpo.retrieval 
 
   {"kind": "bm25", "corpus": path}           in-process BM25Index over a corpus.jsonl (the CPU default's kind)
   {"kind": "bm25_index", "index": dir}       a saved bm25s index, memory-mapped in this process
+  {"kind": "dense_index", "index": dir}      optional e5 + faiss index (rtpo.retrieval.dense; not in the CPU install)
   {"kind": "http", "url": u, "topk": k}      a `/retrieve` server (Search-R1's protocol); url "auto" with
                                              "index": dir starts one server per node on demand
   {"kind": "serpapi", "key_env": VAR}        web search (SerpAPI, Google), key from the environment
@@ -78,9 +79,9 @@ class BM25Index:
         toks = _tokenize([query])[0]
         if not toks:
             return []
-        from rtpo.retrieval.core import top_k_order
+        from rtpo.retrieval.core import bm25_scores, top_k_order
 
-        scores = self._bm25.get_scores(toks)
+        scores = bm25_scores(self._bm25, self._bm25.get_tokens_ids(toks))  # = bm25s get_scores, faster
         # score desc, then id; the same rule as rtpo.retrieval's saved index and server
         return [{**self.passages[i], "score": float(scores[i])} for i in top_k_order(scores, self._id_rank, k)]
 
@@ -129,7 +130,7 @@ def get_index(key: tuple, load: Callable[[], Sequence[dict]]) -> BM25Index:
         return idx
 
 
-RETRIEVER_KINDS = ("bm25", "bm25_index", "http", "serpapi")
+RETRIEVER_KINDS = ("bm25", "bm25_index", "dense_index", "http", "serpapi")
 _RETRIEVERS: dict[str, object] = {}
 
 
@@ -140,7 +141,7 @@ def make_retriever(spec: dict):
     spec = dict(spec)
     kind = spec.get("kind")
     known = {"kind", "cache", "timeout_s", "retries", "topk", "corpus", "index", "url", "key_env", "endpoint",
-             "engine", "backoff_s", "name"}
+             "engine", "backoff_s", "name", "dense", "model", "workers"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ValueError(f"retriever {spec}: unknown key(s) {unknown}; known: {sorted(known)}")
@@ -151,13 +152,16 @@ def make_retriever(spec: dict):
     elif kind == "bm25_index":
         from rtpo.retrieval.index import DiskBM25Index
         backend = DiskBM25Index(spec["index"])
+    elif kind == "dense_index":  # optional: faiss + an e5 model (rtpo.retrieval.dense)
+        from rtpo.retrieval.dense import DenseIndex
+        backend = DenseIndex(spec["index"])
     elif kind == "http":
         from rtpo.retrieval.client import HttpRetriever
         if "url" not in spec:
             raise ValueError(f"retriever {spec}: kind http needs 'url' (http://host:port, or 'auto' with 'index')")
         backend = HttpRetriever(spec["url"], index=spec.get("index"), topk=spec.get("topk"),
                                 timeout=float(spec.get("timeout_s", 10.0)), retries=int(spec.get("retries", 2)),
-                                name=spec.get("name"))
+                                name=spec.get("name"), workers=int(spec.get("workers", 1)))
     elif kind == "serpapi":
         from rtpo.retrieval.web import make_web_backend
         backend = make_web_backend(spec)

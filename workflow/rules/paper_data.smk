@@ -5,7 +5,12 @@ and constants only, the rules live in those files (Snakemake's lint keeps them a
 _SEARCH = (config["data"].get("search") or {}) if "search" in config["data"] else {}
 SEARCH_CORPUS = _SEARCH.get("corpus") if isinstance(_SEARCH.get("corpus"), dict) else None
 SEARCH_RETRIEVER = _SEARCH.get("retriever") or {}
-SEARCH_INDEX = SEARCH_RETRIEVER.get("index") if SEARCH_RETRIEVER.get("kind") in ("http", "bm25_index") else None
+SEARCH_INDEX = (SEARCH_RETRIEVER.get("index")
+                if SEARCH_RETRIEVER.get("kind") in ("http", "bm25_index", "dense_index") else None)
+# optional e5 + faiss index instead of BM25 (rtpo/retrieval/dense.py; faiss is not in the CPU install)
+SEARCH_DENSE = SEARCH_RETRIEVER.get("kind") == "dense_index" or bool(SEARCH_RETRIEVER.get("dense"))
+BUILD_INDEX_CMD = (f"python -m rtpo.retrieval.dense build --model {SEARCH_RETRIEVER.get('model', 'intfloat/e5-base-v2')}"
+                   if SEARCH_DENSE else "python -m rtpo.retrieval.index build")
 if SEARCH_INDEX and not SEARCH_CORPUS:
     raise WorkflowError(f"invalid config: 'data.search.retriever.index' needs 'data.search.corpus' "
                         f"(the corpus it is built from) (config files: {_config_sources()})")

@@ -47,5 +47,7 @@ if SEARCH_INDEX:
         threads: 1
         conda:
             CONDA_ENV
+        params:
+            command=BUILD_INDEX_CMD,
         shell:
-            "python -m rtpo.retrieval.index build --corpus {input.corpus} --out {output.index} > {log} 2>&1"
+            "{params.command} --corpus {input.corpus} --out {output.index} > {log} 2>&1"
