@@ -1,7 +1,7 @@
 """The math env's `python` tool sandbox (rtpo.tools.python_sandbox) against hostile programs.
 
 Every hostile case asserts containment, not just an error code:
-- the call returns within its wall-clock limit (+ slack for a loaded 2-core box);
+- the call returns within its wall-clock backstop (+ slack for a loaded 2-core box);
 - the parent is alive, and so is a sentinel process of the test's own uid (kill(-1) and friends);
 - canaries outside the sandbox are untouched: a private directory (0755/0644) and, in the namespace
   modes, a world-writable directory (0777/0666) that the sandbox can *see* (ro_paths) so only the
@@ -11,9 +11,18 @@ Every hostile case asserts containment, not just an error code:
 - the output the model sees is at most max_output characters.
 
 The main suite runs in whatever mode `PythonSandbox()` picks here (ns-root as root, ns-user as a
-user with user namespaces). As root, three more tests run sub-suites in the other modes: ns-user and
-rlimit-user as uid 65534 (with the system python, which that uid can read), rlimit-root in-process.
-Claims per mode: docs/security.md. Cases that a mode does not claim to contain are skipped there.
+user with user namespaces), through the fork server; after every case the fork server must be the
+same live process (no hostile program can kill, stop or replace it). A subset runs again with one
+interpreter per call (the fallback path). As root, three more tests run sub-suites in the other
+modes: ns-user and rlimit-user as uid 65534 (with the system python, which that uid can read),
+rlimit-root in-process. Claims per mode: docs/security.md. Cases that a mode does not claim to
+contain are skipped there.
+
+The fork server's own risks have tests of their own: a call cannot see anything of an earlier one
+(its memory is scanned for an earlier call's secret), a call starts in the same state as a fresh
+interpreter, the server dies with its parent (exit or SIGKILL, calls in flight included), is
+replaced when it dies or hangs, is not shared with a forked child of the parent, and concurrent
+calls from 8 threads give the results of serial calls.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import resource
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -40,7 +50,8 @@ from rtpo.tools import python_sandbox as ps
 from rtpo.tools.python_sandbox import PythonSandbox, SandboxResult
 
 WALL, CPU, MEM, CAP = 2.0, 1, 256, 2000
-SLACK = 2.5  # seconds over wall_s a call may take on a loaded 2-core box (interpreter start, cleanup)
+MAX_WALL = 4.0  # the parent's plain wall-clock backstop in the hostile suites (keeps them short)
+SLACK = 2.5  # seconds over max_wall_s a call may take on a loaded 2-core box (start-up, cleanup)
 MODULE_PATH = Path(ps.__file__).resolve()
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534
@@ -229,6 +240,8 @@ CASES = [
         f(0)""", {"signal:SIGSEGV", "memory", "cpu", "timeout"}, ALL_MODES),
     Case("segfault_ctypes", "import ctypes\nctypes.string_at(0)", {"signal:SIGSEGV"}, ALL_MODES),
     Case("abort", "import os\nos.abort()", {"signal:SIGABRT"}, ALL_MODES),
+    Case("kill_self", "import os, signal\nprint('bye', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)",
+         {"signal:SIGKILL"}, ALL_MODES, lambda r, c: _assert_in("bye", r)),
     Case("fd_exhaustion", "fds = []\nwhile True:\n    fds.append(open('/dev/null'))", {"exit:1"}, ALL_MODES,
          lambda r, c: _assert_in("Too many open files", r)),
     # --- output ------------------------------------------------------------------------------------
@@ -481,8 +494,12 @@ class Harness:
         self.unix.listen()
         self.unix.setblocking(False)
         os.environ[SECRET_VAR] = self.secret  # the parent's environment holds a secret
-        self.sandbox = PythonSandbox(wall_s=WALL, cpu_s=CPU, mem_mb=MEM, max_output=CAP,
+        self.sandbox = PythonSandbox(wall_s=WALL, cpu_s=CPU, mem_mb=MEM, max_output=CAP, max_wall_s=MAX_WALL,
                                      ro_paths=[str(self.visible_dir)])
+        self.fallback = PythonSandbox(wall_s=WALL, cpu_s=CPU, mem_mb=MEM, max_output=CAP, max_wall_s=MAX_WALL,
+                                      ro_paths=[str(self.visible_dir)], fork_server=False)
+        self.server = ps._servers.get(self.sandbox.python) if self.sandbox.fork_server else None
+        self.server_id = (self.server.pid, self.server.starts) if self.server else None
         self.snapshot = _snapshot(str(self.hidden_dir), str(self.visible_dir))
 
     def close(self) -> None:
@@ -516,17 +533,24 @@ def harness(tmp_path_factory):
     h.close()
 
 
-def _run_contained(h: Harness, case: Case) -> SandboxResult:
+def _assert_process_alive(pid: int) -> None:
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state not in ("Z", "X", "T", "t"), f"process {pid} is in state {state}"
+
+
+def _run_contained(h: Harness, case: Case, sandbox: PythonSandbox | None = None) -> SandboxResult:
+    sandbox = sandbox or h.sandbox
     token = f"{h.token_base}-{case.name}"
     ctx = h.context(token)
     code = _fill(case.code, ctx)
     t0 = time.monotonic()
-    r = h.sandbox.run(code)
+    r = sandbox.run(code)
     elapsed = time.monotonic() - t0
     worst_wall.append((elapsed, case.name))
-    what = f"{case.name} ({h.sandbox.mode}): error={r.error!r} output={r.output[-400:]!r}"
-    assert elapsed <= WALL + SLACK, f"took {elapsed:.2f} s: {what}"
-    assert r.wall_s <= WALL + SLACK, what
+    what = (f"{case.name} ({sandbox.mode}, fork server {sandbox.fork_server}): error={r.error!r} "
+            f"output={r.output[-400:]!r}")
+    assert elapsed <= MAX_WALL + SLACK, f"took {elapsed:.2f} s: {what}"
+    assert r.wall_s <= MAX_WALL + SLACK, what
     assert r.error in case.expect, what
     assert r.ok == (r.error is None), what
     assert len(r.output) <= CAP, what
@@ -537,6 +561,9 @@ def _run_contained(h: Harness, case: Case) -> SandboxResult:
     assert _snapshot(str(h.hidden_dir), str(h.visible_dir)) == h.snapshot, f"canary changed: {what}"
     assert _stray_files(token) == [], what
     assert _wait_no_leftovers([token, ps._boot_dir()]) == [], f"leftover processes: {what}"
+    if h.server is not None:  # the fork server is the same live process: not killed, stopped or replaced
+        assert (h.server.pid, h.server.starts) == h.server_id, f"fork server replaced: {what}"
+        _assert_process_alive(h.server.pid)
     if case.check is not None:
         case.check(r, ctx)
     return r
@@ -549,6 +576,20 @@ def test_hostile_program_is_contained(harness, case):
     _run_contained(harness, case)
     if case.name in ("tcp_to_parent", "udp_to_parent", "abstract_unix_socket"):
         harness.assert_network_quiet()
+
+
+FALLBACK_CASES = ["infinite_loop", "fork_bomb", "double_fork_daemon", "kill_everything", "overwrite_canary",
+                  "scan_proc_environ"]
+
+
+@pytest.mark.parametrize("name", FALLBACK_CASES)
+def test_hostile_program_is_contained_without_fork_server(harness, name):
+    """The fallback path (one interpreter per call) keeps the same containment."""
+    case = next(c for c in CASES if c.name == name)
+    if harness.fallback.mode not in case.modes:
+        pytest.skip(f"{case.name}: not contained in mode {harness.fallback.mode}")
+    assert not harness.fallback.fork_server
+    _run_contained(harness, case, harness.fallback)
 
 
 def test_suite_has_at_least_30_distinct_hostile_programs():
@@ -701,22 +742,424 @@ def test_multiprocessing_and_threads_work_within_limits(sandbox):
 def test_cpu_limit_is_reported_as_cpu():
     sb = PythonSandbox(wall_s=20, cpu_s=1, max_output=500)
     r = sb.run("while True:\n    pass")
-    assert r.error == "cpu" and "CPU-time limit" in r.output
+    assert r.error == "cpu"
+    assert r.output == "TimeoutError: the program exceeded the 1 s CPU-time limit and was stopped"
     assert r.wall_s < 20
 
 
-def test_concurrent_calls_from_threads(sandbox):
-    results = [None] * 6
+def test_limits_and_their_defaults():
+    """cpu_s (RLIMIT_CPU) decides CPU-bound programs; wall_s counts the code's wall-clock time but not
+    its waits for a CPU (sleeping counts, being crowded out does not); total_cpu_s stops process
+    bombs; max_wall_s is the parent's plain backstop. Defaults keep wall_s >= cpu_s + 2 so that a
+    CPU-bound program always meets RLIMIT_CPU (and its SIGKILL at cpu_s + 1) first."""
+    sb = PythonSandbox(cpu_s=5)
+    assert (sb.wall_s, sb.total_cpu_s, sb.max_wall_s) == (10.0, 10.0, 40.0)
+    assert (PythonSandbox(cpu_s=1).wall_s, PythonSandbox(cpu_s=1).total_cpu_s) == (3.0, 3.0)
+    sb = PythonSandbox(cpu_s=1, wall_s=6, max_output=500)
+    r = sb.run("import time\ntime.sleep(2)\nprint('awake', flush=True)\nwhile True:\n    pass")
+    assert r.error == "cpu", r  # 2 s asleep + 1 s of CPU: the CPU limit, not the wall clock
+    assert r.output == "awake\nTimeoutError: the program exceeded the 1 s CPU-time limit and was stopped"
+    assert r.wall_s > 2.5
+    r = PythonSandbox(cpu_s=1, wall_s=1.5, max_output=500).run("import time\ntime.sleep(100)")
+    assert r.error == "timeout"
+    assert r.output == "TimeoutError: the program exceeded the 1.5 s wall-clock limit and was stopped"
+    assert 1.4 < r.wall_s < 1.5 + SLACK
 
-    def work(i):
-        results[i] = sandbox.run(f"print({i} * {i})")
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+def test_process_bomb_is_stopped_by_the_total_cpu_limit(sandbox):
+    if sandbox.mode not in NS_MODES:
+        pytest.skip("total_cpu_s is enforced in the namespace modes")
+    sb = PythonSandbox(cpu_s=1, total_cpu_s=2, wall_s=30, max_wall_s=60, max_output=500)
+    r = sb.run("import os\nfor _ in range(4):\n    os.fork()\nwhile True:\n    pass")  # 16 spinners
+    assert r.error == "cpu", r
+    assert r.output == "TimeoutError: the program's processes exceeded the 2 s total CPU-time limit and were stopped"
+
+
+# A loaded machine, made on purpose: the sandbox's processes and three spinners share one CPU, so
+# the code gets about a quarter of it. Prints one JSON line: [(error, output, elapsed), ...].
+_UNDER_LOAD = r"""
+import importlib.util, json, os, subprocess, sys, time
+spec = importlib.util.spec_from_file_location("python_sandbox", sys.argv[1])
+m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before the fork server starts: it inherits it
+sb = m.PythonSandbox(cpu_s=1, wall_s=3, max_wall_s=60, max_output=500)
+sb.run("print(0)")
+spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+time.sleep(0.3)
+out = []
+try:
+    for code in ("import time\ntime.sleep(1.5)\nt = time.process_time()\nwhile time.process_time() - t < 0.6:\n"
+                 "    pass\nprint('done')", "while True:\n    pass"):
+        t = time.monotonic()
+        r = sb.run(code)
+        out.append((r.error, r.output, time.monotonic() - t))
+finally:
+    for p in spin:
+        p.kill()
+print(json.dumps(out))
+"""
+
+
+def test_outcomes_do_not_depend_on_the_machine_load():
+    """With ~1/4 of a CPU: a program that sleeps 1.5 s and then computes 0.6 s (2.1 s of active time,
+    ~4 s of plain wall clock under this load) passes its 3 s wall_s; an endless loop ends at its
+    CPU-time limit, not at a wall clock. (With plain wall-clock limits both would time out.)"""
+    p = subprocess.run([sys.executable, "-c", _UNDER_LOAD, str(MODULE_PATH)], capture_output=True, text=True,
+                       timeout=120, cwd="/")
+    assert p.returncode == 0, p.stderr[-2000:]
+    (e1, o1, t1), (e2, o2, t2) = json.loads(p.stdout.splitlines()[-1])
+    assert (e1, o1) == (None, "done\n"), (e1, o1, t1)
+    assert (e2, o2) == ("cpu", "TimeoutError: the program exceeded the 1 s CPU-time limit and was stopped"), (e2, t2)
+    print(f"\n[test_sandbox] under load: sleeper+compute {t1:.1f} s (wall_s 3), endless loop {t2:.1f} s (cpu_s 1)")
+
+
+def test_math_env_observation_names_the_timeout_kind():
+    """What the policy reads: the math env's observation carries the sandbox's text unchanged."""
+    from rtpo.envs.math import MathEnv
+    from rtpo.tools.parse import ToolCall
+    env = MathEnv(sandbox_kwargs={"cpu_s": 1})
+    assert env.sandbox.cpu_s == 1 and env.sandbox.wall_s == 3.0
+    obs, ok = env._execute(ToolCall("python", {"code": "while True:\n    pass"}))
+    assert (obs, ok) == ("TimeoutError: the program exceeded the 1 s CPU-time limit and was stopped", False)
+    obs, ok = env._execute(ToolCall("python", {"code": "print((8839 - 4578) * 435)"}))
+    assert (obs, ok) == ("1853535", True)
+
+
+# Programs with deterministic results in every mode: (code, expected error).
+DETERMINISTIC = [
+    ("print(1 + 1)", None),
+    ("print((8839 - 4578) * 435)", None),
+    ("import math\nprint(math.factorial(30), math.comb(50, 25))", None),
+    ("from fractions import Fraction\nprint(sum(Fraction(1, k) for k in range(1, 30)))", None),
+    ("print(sorted({'pear', 'fig', 'kiwi', 'plum'}), hash('abc'))", None),
+    ("import os\nprint(sorted(os.listdir('.')), os.getcwd() == os.environ['HOME'])", None),
+    ("x = [i * i for i in range(10**5)]\nprint(sum(x))", None),
+    ("import sys\nsys.stderr.write('warn\\n')\nprint('out')", None),
+    ("print('partial')\n1 / 0", "exit:1"),
+    ("import sys\nsys.exit(3)", "exit:3"),
+    ("raise ValueError('bad value')", "exit:1"),
+    ("def f(n):\n    return f(n + 1)\nf(0)", "exit:1"),
+    ("x = bytearray(8 * 1024**3)", "memory"),
+    ("print('y' * 5000)", "output_limit"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "signal:SIGKILL"),
+    ("while True:\n    pass", "cpu"),
+]
+
+
+def test_concurrent_calls_from_8_threads_match_serial_calls():
+    """The Roller steps envs from a thread pool: run() from 8 threads at once gives, call for call,
+    what serial calls give (output, error), and every call's processes are gone afterwards."""
+    sb = PythonSandbox(wall_s=30, cpu_s=1, mem_mb=256, max_output=2000)
+    programs = DETERMINISTIC
+    serial = [sb.run(code) for code, _ in programs]
+    for (code, expect), r in zip(programs, serial):
+        assert r.error == expect, (code, r)
+    concurrent: list = [None] * len(programs)
+    errors = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(k, len(programs), 8):
+                concurrent[i] = sb.run(programs[i][0])
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert [r.output for r in results] == [f"{i * i}\n" for i in range(6)]
+    assert not errors, errors
+    assert [(r.ok, r.output, r.error) for r in concurrent] == [(r.ok, r.output, r.error) for r in serial]
+    assert _wait_no_leftovers([ps._boot_dir()]) == []
+
+
+_STATE_PROBE = r"""
+import gc, os, resource, signal, sys, threading
+print("argv", sys.argv)
+print("path", sys.path)
+print("flags", tuple(sys.flags))
+print("modules", sorted(sys.modules))
+print("environ", sorted(os.environ.items()))
+print("cwd", os.getcwd(), "umask", os.umask(0o022))
+print("ids", os.getpid(), os.getppid(), os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())
+print("fds", sorted(os.listdir("/proc/self/fd")))
+print("signals", [(s.name, str(signal.getsignal(s))) for s in sorted(signal.valid_signals()) if s < 32])
+print("limits", [resource.getrlimit(r) for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS, resource.RLIMIT_NPROC,
+                                                  resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE, resource.RLIMIT_CORE)])
+print("threads", threading.active_count(), "gc", gc.isenabled(), gc.get_threshold())
+print("stdio", [(f.name, f.encoding, f.errors, f.line_buffering, f.write_through, f.seekable())
+                for f in (sys.stdout, sys.stderr)], sys.stdin.seekable())
+"""
+
+
+def test_a_forked_call_starts_in_the_state_of_a_fresh_interpreter():
+    """The fork server's child and a freshly started interpreter are the same to the code: argv,
+    sys.path, flags, loaded modules, environment, cwd, umask, ids, open fds, signal dispositions,
+    limits, threads, GC settings, stdio objects. (gc.get_freeze_count() differs: see docs.)"""
+    forked = PythonSandbox(wall_s=10, cpu_s=5, mem_mb=512, max_output=50_000)
+    fresh = PythonSandbox(wall_s=10, cpu_s=5, mem_mb=512, max_output=50_000, fork_server=False)
+    assert forked.fork_server and not fresh.fork_server
+    a, b = forked.run(_STATE_PROBE), fresh.run(_STATE_PROBE)
+    assert a.ok and b.ok, (a, b)
+    assert a.output.splitlines() == b.output.splitlines()
+    assert "fds ['0', '1', '2', '3']" in a.output  # stdin, stdout, stderr and the listdir itself
+
+
+def test_a_call_cannot_see_anything_of_an_earlier_call(sandbox):
+    """A call leaves a secret everywhere it can (globals, environment, builtins, sys.modules, signal
+    handlers, limits, umask, files in its cwd, /tmp and /dev/shm, a SysV shared-memory segment, a
+    daemon child); a later call scans its whole address space (a copy of the fork server's) and the
+    state it starts in: no trace of the secret, and the same state as a call before it."""
+    secret = "rtpo" + "-leak-" + uuid.uuid4().hex
+    scan = textwrap.dedent(r'''
+        import ctypes, os, re, signal, resource, sys, builtins
+        pat = re.compile(b"rtpo" + b"-leak-" + b"[0-9a-f]{32}")
+        libc = ctypes.CDLL(None, use_errno=True)
+        class iovec(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+        buf = ctypes.create_string_buffer(1 << 20)
+        hits, scanned = [], 0
+        for line in open("/proc/self/maps").read().splitlines():
+            addr, perms = line.split()[:2]
+            if perms[0] != "r" or "[vvar" in line or "[vsyscall]" in line:
+                continue
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            for at in range(lo, hi, (1 << 20) - 64):  # chunks overlap by more than the secret's length
+                n = min(1 << 20, hi - at)
+                ctypes.memset(buf, 0, n)  # (so reading the buffer's own pages finds only zeros)
+                got = libc.process_vm_readv(os.getpid(), ctypes.byref(iovec(ctypes.addressof(buf), n)), 1,
+                                            ctypes.byref(iovec(at, n)), 1, 0)
+                if got > 0:
+                    scanned += got
+                    if pat.search(buf.raw[:got]):
+                        hits.append(line)
+        print("memory hits", hits, scanned > 1 << 20)
+        print("builtins", sorted(k for k in vars(builtins) if "leak" in k), "modules", sorted(sys.modules))
+        print("env", sorted(os.environ.items()), "umask", os.umask(0o022))
+        print("signals", [str(signal.getsignal(s)) for s in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)])
+        print("limits", resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CPU))
+        print("files", sorted(os.listdir(".")), sorted(os.listdir("/tmp")), sorted(os.listdir("/dev/shm")))
+        print("sysv", open("/proc/sysvipc/shm").read().splitlines()[1:])
+        print("procs", sorted(p for p in os.listdir("/proc") if p.isdigit()))
+    ''')
+    polluter = textwrap.dedent(f'''
+        import builtins, ctypes, os, resource, signal, sys, time
+        SECRET = {secret!r}
+        keep = [SECRET * 1000, SECRET.encode() * 1000]
+        os.environ["LEAK"] = SECRET
+        builtins.leak_value = SECRET
+        sys.modules["leak_module"] = type(sys)("leak_module")
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        os.umask(0o077)
+        for d in (".", "/tmp", "/dev/shm"):
+            open(os.path.join(d, "leak.txt"), "w").write(SECRET)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        shm = libc.shmget(0, 4096, 0o1666)  # IPC_PRIVATE, IPC_CREAT | 0666: outlives its creator
+        addr = libc.shmat(shm, None, 0)
+        ctypes.memmove(addr, SECRET.encode(), len(SECRET))
+        if os.fork() == 0:
+            os.setsid()
+            time.sleep(30)
+            os._exit(0)
+    ''')
+    before = sandbox.run(scan)
+    assert before.ok, before.output
+    polluted = sandbox.run(polluter + scan)  # the scan finds the secret where it is
+    assert polluted.ok, polluted.output
+    assert "memory hits []" not in polluted.output and "leak.txt" in polluted.output, polluted.output
+    assert "leak_value" in polluted.output and "'LEAK'" in polluted.output
+    after = sandbox.run(scan)
+    assert after.ok, after.output
+    assert after.output == before.output
+    assert "memory hits [] True" in after.output and secret not in after.output
+
+
+# The fork server's life, each scenario in a fresh interpreter. Prints JSON lines.
+_LIFECYCLE = r"""
+import importlib.util, json, os, signal, sys, threading, time, warnings
+cfg = json.loads(sys.argv[1])
+spec = importlib.util.spec_from_file_location("python_sandbox", cfg["module"])
+m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
+sb = m.PythonSandbox(wall_s=cfg.get("wall", 10), cpu_s=2)
+srv = m._servers[sb.python]
+say = lambda **kw: print(json.dumps(kw), flush=True)
+what = cfg["scenario"]
+
+
+def wait_gone(pid):
+    for _ in range(200):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+if what in ("exit", "killed"):
+    assert sb.run("print(1)").ok
+    if what == "killed":  # a call in flight when the parent is SIGKILLed
+        threading.Thread(target=sb.run, args=(cfg["code"],), daemon=True).start()
+        time.sleep(1.0)
+    say(server=srv.pid)
+    if what == "killed":
+        time.sleep(1000)
+elif what == "replace":
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r1 = sb.run("print(1)")
+        first = srv.pid
+        os.kill(first, signal.SIGKILL)  # between calls
+        assert wait_gone(first) or True
+        r2 = sb.run("print(2)")
+        second = srv.pid
+        box = {}
+        slow = "import time\ntime.sleep(1)\nprint('survived')"
+        t = threading.Thread(target=lambda: box.setdefault("r", sb.run(slow)))
+        t.start()
+        time.sleep(0.4)
+        os.kill(second, signal.SIGKILL)  # with a call in flight
+        t.join()
+        r3 = box["r"]
+        r4 = sb.run("print(4)")
+        third = srv.pid
+        os.kill(third, signal.SIGSTOP)  # wedged: the next call is not forked until it is replaced
+        quick = m.PythonSandbox(wall_s=1.5, cpu_s=1, max_wall_s=1.5)
+        r5 = quick.run("print(5)")
+        fourth = srv.pid
+        stat = f"/proc/{third}/stat"
+        third_state = open(stat).read().rsplit(")", 1)[1].split()[0] if os.path.exists(stat) else "gone"
+    say(outputs=[r.output for r in (r1, r2, r3, r4, r5)], errors=[r.error for r in (r1, r2, r3, r4, r5)],
+        pids=[first, second, third, fourth], starts=srv.starts, third_state=third_state,
+        warnings=[str(w.message) for w in caught])
+elif what == "fork":
+    r1 = sb.run("print(1)")
+    parent_server = srv.pid
+    rd, wr = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(rd)
+        r = m.PythonSandbox(wall_s=10, cpu_s=2).run("print('child')")
+        child_server = m._servers[sb.python].pid
+        os.write(wr, json.dumps([r.output, child_server]).encode())
+        os._exit(0)
+    os.close(wr)
+    child_out, child_server = json.loads(os.read(rd, 4096))
+    os.waitpid(child, 0)
+    r2 = sb.run("print(2)")
+    say(parent_server=parent_server, after=srv.pid, child_server=child_server, child_out=child_out,
+        outputs=[r1.output, r2.output], child_server_gone=wait_gone(child_server))
+"""
+
+
+def _lifecycle(scenario: str, **cfg) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _LIFECYCLE,
+                             json.dumps(dict(cfg, scenario=scenario, module=str(MODULE_PATH)))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+
+
+def _gone(pid: int, grace_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _descendants(pid: int) -> set[int]:
+    parent = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                parent[int(p)] = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                pass
+    found, todo = set(), [pid]
+    while todo:
+        q = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == q]
+        found.update(kids)
+        todo += kids
+    return found
+
+
+def test_fork_server_exits_with_its_parent():
+    p = _lifecycle("exit")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    server = json.loads(out.splitlines()[-1])["server"]
+    assert _gone(server), "the fork server outlived its parent's normal exit"
+
+
+def test_fork_server_and_calls_in_flight_die_when_the_parent_is_killed():
+    token = uuid.uuid4().hex
+    code = ("import subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(1000)  # {token}'])\ntime.sleep(1000)")
+    p = _lifecycle("killed", code=code, wall=60)
+    try:
+        line = p.stdout.readline()
+        server = json.loads(line)["server"]
+        in_flight = _descendants(server)
+        assert len(in_flight) >= 3, "the call in flight should have P, C, D and the code's child"
+        assert _live_processes([token]), "the call's child process should be running"
+        p.kill()  # SIGKILL: no atexit, no cleanup in the parent
+        p.wait(timeout=10)
+        assert _gone(server), "the fork server outlived its SIGKILLed parent"
+        assert all(_gone(q) for q in in_flight), "a call's process outlived the SIGKILLed parent"
+        assert _wait_no_leftovers([token]) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
+def test_fork_server_is_replaced_when_it_dies_or_hangs():
+    """Killed between calls, killed with a call in flight (that call still completes: its processes
+    do not depend on the server), stopped (SIGSTOP: the next call is not forked, so it is retried on
+    a new server once its wall-clock limit passes, and the stopped one is killed)."""
+    p = _lifecycle("replace")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    res = json.loads(out.splitlines()[-1])
+    assert res["outputs"] == ["1\n", "2\n", "survived\n", "4\n", "5\n"], res
+    assert res["errors"] == [None] * 5, res
+    assert len(set(res["pids"])) == 4 and res["starts"] == 4, res
+    assert res["third_state"] in ("gone", "Z"), res
+    assert sum("was replaced" in w for w in res["warnings"]) == 3, res["warnings"]
+
+
+def test_a_forked_child_of_the_parent_gets_its_own_fork_server():
+    """After os.fork() the child must not share the parent's server (its socket is closed in the
+    child, so the parent's server still dies with the parent alone); the child starts its own."""
+    p = _lifecycle("fork")
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    res = json.loads(out.splitlines()[-1])
+    assert res["outputs"] == ["1\n", "2\n"] and res["child_out"] == "child\n", res
+    assert res["parent_server"] == res["after"] != res["child_server"], res
+    assert res["child_server_gone"], res
+
+
+def test_fork_server_process_is_minimal(sandbox):
+    """Between calls the server has one thread and four descriptors (stdin, stdout, stderr pipes
+    and its socket), and none of the parent's environment."""
+    assert sandbox.fork_server
+    sandbox.run("print(1)")
+    pid = ps._servers[sandbox.python].pid
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    assert status["Threads"].strip() == "1"
+    fds = {int(f): os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
+    assert sorted(fds) == [0, 1, 2, max(fds)] and [fds[k][:5] for k in (0, 1, 2)] == ["pipe:"] * 3
+    assert fds[max(fds)].startswith("socket:")
+    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert {e.split(b"=", 1)[0].decode() for e in env if e} <= set(ps._CHILD_ENV_FIXED) | {"HOME", "TMPDIR"}
 
 
 def test_bad_arguments_are_rejected_clearly(sandbox):
@@ -724,6 +1167,10 @@ def test_bad_arguments_are_rejected_clearly(sandbox):
         PythonSandbox(wall_s=0)
     with pytest.raises(ValueError, match="cpu_s"):
         PythonSandbox(cpu_s=0.5)
+    with pytest.raises(ValueError, match="max_wall_s"):
+        PythonSandbox(wall_s=10, max_wall_s=5)
+    with pytest.raises(ValueError, match="total_cpu_s"):
+        PythonSandbox(total_cpu_s=0)
     with pytest.raises(ValueError, match="not an executable"):
         PythonSandbox(python="/nonexistent/python")
     with pytest.raises(ValueError, match="isolation"):
@@ -767,7 +1214,8 @@ cfg = json.loads(sys.argv[1])
 spec = importlib.util.spec_from_file_location("python_sandbox", cfg["module"])
 m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
 sb = m.PythonSandbox(wall_s=cfg["wall"], cpu_s=cfg["cpu"], mem_mb=cfg["mem"], max_output=cfg["cap"],
-                     python=cfg["python"], isolation=cfg["isolation"], ro_paths=cfg["ro_paths"])
+                     max_wall_s=cfg["max_wall"], python=cfg["python"], isolation=cfg["isolation"],
+                     ro_paths=cfg["ro_paths"])
 res = {"mode": sb.mode, "boot_dir": m._boot_dir(), "results": {}}
 for name, code in cfg["cases"].items():
     t = time.monotonic()
@@ -805,14 +1253,14 @@ def _run_subsuite(names: list[str], *, user: int | None, isolation: str, canary_
     by_name = {c.name: c for c in CASES}
     token_base = uuid.uuid4().hex[:12]
     codes = {n: _fill(by_name[n].code, dict(ctx_base, token=f"{token_base}-{n}")) for n in names}
-    cfg = dict(module=str(MODULE_PATH), wall=WALL, cpu=CPU, mem=MEM, cap=CAP, python=SYSTEM_PYTHON,
+    cfg = dict(module=str(MODULE_PATH), wall=WALL, cpu=CPU, mem=MEM, cap=CAP, max_wall=MAX_WALL, python=SYSTEM_PYTHON,
                isolation=isolation, ro_paths=[str(canary.parent)] if ro_canary else [], cases=codes)
     sentinel = subprocess.Popen(["sleep", "600"], user=user, group=user, extra_groups=[]) if user \
         else subprocess.Popen(["sleep", "600"])
     before = _snapshot(str(canary.parent))
     try:
         p = subprocess.run([SYSTEM_PYTHON, "-c", _SUBSUITE, json.dumps(cfg)], capture_output=True, text=True,
-                           timeout=len(names) * (WALL + SLACK) + 30, cwd="/",
+                           timeout=len(names) * (MAX_WALL + SLACK) + 30, cwd="/",
                            env={"PATH": "/usr/bin:/bin", SECRET_VAR: ctx_base["secret"]},
                            **({"user": user, "group": user, "extra_groups": []} if user else {}))
         assert p.returncode == 0, p.stderr[-3000:]
@@ -835,7 +1283,7 @@ def _check_subsuite(out: dict, names: list[str], ctx: dict) -> None:
         r = out["results"][n]
         what = f"{n} ({out['mode']}): {r}"
         assert r["error"] in by_name[n].expect, what
-        assert r["elapsed"] <= WALL + SLACK, what
+        assert r["elapsed"] <= MAX_WALL + SLACK, what
         assert r["len"] <= CAP, what
         worst_wall.append((r["elapsed"], f"{out['mode']}:{n}"))
         if by_name[n].check is not None:
@@ -883,4 +1331,4 @@ def test_report_worst_case_wall():
         pytest.skip("no hostile case ran in this session")
     worst = sorted(worst_wall)[-5:]
     print("\n[test_sandbox] slowest hostile cases (s): " + ", ".join(f"{n}={t:.2f}" for t, n in reversed(worst)))
-    assert worst[-1][0] <= WALL + SLACK
+    assert worst[-1][0] <= MAX_WALL + SLACK

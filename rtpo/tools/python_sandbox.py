@@ -6,9 +6,11 @@ the containment. `PythonSandbox(...).run(code)` runs `code` in a fresh, containe
 started interpreter and returns a `SandboxResult` whose `output` is what the model sees.
 
 Per call, the child gets
-- a CPU-time limit (`cpu_s`, RLIMIT_CPU), which is what normally stops a runaway program and does not
-  depend on the machine's load, and a wall-clock backstop (`wall_s`, default 4*cpu_s, enforced by the
-  parent) for programs that sleep or block; an address-space limit (`mem_mb`, RLIMIT_AS), a
+- time limits that do not depend on the machine's load: CPU time per process (`cpu_s`, RLIMIT_CPU),
+  which is what normally stops a runaway program; wall-clock time not counting the time spent
+  waiting for a CPU (`wall_s`, for programs that sleep or block); CPU time of all its processes
+  together (`total_cpu_s`, namespace modes); and a plain wall-clock backstop for the whole call
+  (`max_wall_s`, enforced by the parent). Also an address-space limit (`mem_mb`, RLIMIT_AS), a
   process/thread limit (RLIMIT_NPROC), a file-size limit (RLIMIT_FSIZE), an open-file limit
   (RLIMIT_NOFILE) and no core dumps;
 - an output cap: the parent reads at most ~4*max_output bytes of stdout (~max(1 MiB, 64*max_output)
@@ -111,8 +113,11 @@ class SandboxResult:
             stdout written so far (if any) followed by the error text (stderr tail with the
             traceback, "TimeoutError: ...", "MemoryError", "[output truncated ...]", ...), the whole
             capped at `max_output` characters with the error text kept.
-    error:  None | "timeout" (wall clock) | "cpu" | "memory" | "output_limit" | "exit:<code>" |
-            "signal:<name>" (e.g. "signal:SIGSEGV").
+    error:  None | "timeout" (wall clock: wall_s or max_wall_s) | "cpu" (cpu_s or total_cpu_s) |
+            "memory" | "output_limit" | "exit:<code>" | "signal:<name>" (e.g. "signal:SIGSEGV").
+            The output's last line names the limit: "TimeoutError: the program exceeded the 5 s
+            CPU-time limit and was stopped", "... the 10 s wall-clock limit ...", "TimeoutError: the
+            program's processes exceeded the 10 s total CPU-time limit and were stopped".
     wall_s: seconds the call took, start of the child to cleanup done.
     """
 
@@ -130,9 +135,10 @@ class SandboxResult:
 #   argv "zygote <socket fd>": the fork server (`_zygote`); each forked child is one call's P.
 #   argv "<status fd> <lifeline fd>": one call's P directly (the per-call-interpreter fallback).
 # stdin of P: "<n>\n", n bytes of NUL-separated parameters (mode workdir cpu_s mem_bytes nproc
-#   fsize_bytes nofile uid tmp_mb HOME TMPDIR [import paths...] -- [read-only paths...]), then the
-#   model's code; read fully by P before anything else.
+#   fsize_bytes nofile uid tmp_mb wall_s total_cpu_s HOME TMPDIR [import paths...] -- [read-only
+#   paths...]), then the model's code; read fully by P before anything else.
 # Status pipe lines (to the parent): "start" (P exists), "warn <text>", "setup <error text>",
+# "timeout wall|cpu <value>" (C stopped the run at a limit of its own),
 # "exit <wait status> <cpu seconds> <maxrss KiB>" (C, when D is gone). P holds the status pipe until
 # C is reaped, so its EOF tells the parent that every process of the call is gone (namespace modes).
 # `#@phase NAME` comments mark the points `--phases` times (they are comments otherwise).
@@ -141,7 +147,7 @@ import sys
 if sys.path and sys.path[0] in ("", _BOOT_DIR):
     del sys.path[0]  # never import from the (untrusted) cwd or the boot file's directory while privileged
 import os
-import _ctypes, _signal, _thread, resource, select  # C modules (os.wait4 needs resource anyway)
+import _ctypes, _signal, _thread, resource, select, time  # C modules (os.wait4 needs resource anyway)
 
 
 def _zygote(sock_fd):
@@ -354,9 +360,10 @@ def _boot(status_fd, life_fd):
         a, code = data[:int(n)].decode("utf-8", "surrogateescape").split("\0"), data[int(n):]
         mode, workdir = a[0], a[1]
         cpu_s, mem_b, nproc, fsize_b, nofile, uid, tmp_mb = map(int, a[2:9])
-        os.environ["HOME"], os.environ["TMPDIR"] = a[9], a[10]
-        sep = a.index("--", 11)
-        import_paths, ro_paths = a[11:sep], a[sep + 1:]  # sys.path additions; extra read-only binds
+        wall_s, total_cpu_s = float(a[9]), float(a[10])
+        os.environ["HOME"], os.environ["TMPDIR"] = a[11], a[12]
+        sep = a.index("--", 13)
+        import_paths, ro_paths = a[13:sep], a[sep + 1:]  # sys.path additions; extra read-only binds
         ns, as_root = mode.startswith("ns-"), mode.endswith("-root")
         os.chdir("/" if ns else workdir)
         #@phase P_read
@@ -492,13 +499,61 @@ def _boot(status_fd, life_fd):
                 os._exit(0)
             os.waitpid(k, 0)
 
-    def watch_lifeline():  # a thread: the parent gave up on this run (timeout, output cap) or died
-        while os.read(life_fd, 64):
-            pass
+    def run_delay():
+        """Seconds D's main thread has waited for a CPU (runnable, not running); 0 if unknown."""
+        try:
+            with open("/proc/%d/schedstat" % d, "rb") as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def call_cpu():
+        """CPU seconds of every process of the call so far (namespace modes: everything in this PID
+        namespace but C, each with its reaped children; plus the orphans C has reaped)."""
+        ticks = 0
+        for p in os.listdir("/proc"):
+            if p.isdigit() and p != "1":
+                try:
+                    with open("/proc/%s/stat" % p, "rb") as f:
+                        st = f.read().rsplit(b")", 1)[1].split()
+                    ticks += int(st[11]) + int(st[12]) + int(st[13]) + int(st[14])
+                except (OSError, ValueError, IndexError):
+                    pass
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ticks / hz + ru.ru_utime + ru.ru_stime
+
+    def watch():
+        """A thread. Ends the run (C exits) when the parent drops the lifeline (its deadline, the
+        output cap, or it died), or when a limit that does not depend on the machine's load is hit:
+        - wall_s of D's active time: wall-clock time minus the time D waited for a CPU, so a
+          program that sleeps or blocks stops at the same point however loaded the machine is;
+        - total_cpu_s of CPU time of all the call's processes (namespace modes), which stops
+          process bombs that RLIMIT_CPU, counted per process, does not."""
+        waiter = select.poll()
+        waiter.register(life_fd, select.POLLIN)
+        t0, q0 = time.monotonic(), run_delay()
+        while True:
+            now = time.monotonic()
+            active = now - t0 - (run_delay() - q0)
+            if active >= wall_s:
+                say("timeout wall %.3f" % active)
+                break
+            step = wall_s - active
+            if ns and now - t0 >= 0.2:
+                used = call_cpu()
+                if used >= total_cpu_s:
+                    say("timeout cpu %.3f" % used)
+                    break
+            if ns:
+                step = min(step, 0.2)
+            if waiter.poll(max(1, int(step * 1000) + 1)) and not os.read(life_fd, 64):
+                break
         sweep()
         os._exit(0)
 
-    _thread.start_new_thread(watch_lifeline, ())
+    _thread.start_new_thread(watch, ())
     while True:  # reap everything that exits (D, and orphans reparented to us as init) until D does
         try:
             pid, st, ru = os.wait4(-1, 0)
@@ -549,11 +604,21 @@ _run_main()
 _probe_cache: dict[tuple[str, str, bool], tuple] = {}
 _probe_lock = threading.RLock()  # re-entered: the probe run compiles the bootstrap
 
-# The wall-clock limit is a backstop: by default WALL_PER_CPU * cpu_s. The CPU-time limit decides
-# the normal timeouts (an endless loop stops at cpu_s of CPU time however loaded the machine is);
-# the wall clock only stops programs that sleep or block, and a CPU-bound one only when the machine
-# is so loaded that it gets less than 1/WALL_PER_CPU of a core.
-WALL_PER_CPU = 4.0
+# Which limit stops what (issue 18: a program's outcome must not depend on the machine's load).
+# - cpu_s (RLIMIT_CPU, per process): an endless loop, at cpu_s of CPU time however loaded the
+#   machine is. This is the limit that decides normal timeouts.
+# - wall_s (C, D's active time: wall clock minus the time D waited for a CPU): a program that sleeps
+#   or blocks. Active time >= D's CPU time, and the default is >= cpu_s + 2, so a CPU-bound program
+#   always meets RLIMIT_CPU (and its SIGKILL one second later) first.
+# - total_cpu_s (C, all the call's processes; namespace modes): fork and process bombs.
+# - max_wall_s (the parent, plain wall clock, start-up included): the backstop if all else fails
+#   (e.g. a machine so loaded that the program gets < 1/8 of a core). The only load-dependent one.
+def default_wall_s(cpu_s: float) -> float:
+    return float(max(2 * cpu_s, cpu_s + 2))
+
+
+default_total_cpu_s = default_wall_s
+MAX_WALL_PER_WALL = 4.0
 _EXIT_GRACE_S = 5.0  # after the lifeline is dropped: P kills C after 2 s, so this is never reached
 
 
@@ -577,16 +642,22 @@ def _tail_keep_error(prefix: str, error_text: str, limit: int) -> str:
 class PythonSandbox:
     """Runs untrusted Python code in a contained child process; see the module docstring.
 
-    cpu_s:      CPU-time limit of the code's main process, whole seconds (RLIMIT_CPU; all its
-                threads together). This is the limit that normally stops a runaway program, and
-                CPU time does not depend on how loaded the machine is (error "cpu").
-    wall_s:     wall-clock backstop per call, seconds (the whole call, start-up included); default
-                WALL_PER_CPU * cpu_s. It stops programs that sleep or block (error "timeout").
+    cpu_s:      CPU-time limit of each of the code's processes, whole seconds (RLIMIT_CPU; all of a
+                process's threads together). This is the limit that normally stops a runaway
+                program, and CPU time does not depend on how loaded the machine is (error "cpu").
+    wall_s:     limit on the code's wall-clock time, not counting the time its main process waited
+                for a CPU (so it does not depend on the load either), seconds; default
+                max(2*cpu_s, cpu_s+2). It stops programs that sleep or block (error "timeout").
     mem_mb:     address-space limit per process, MiB (RLIMIT_AS); exceeding it raises MemoryError.
     max_output: characters of output the model sees; more output stops the program (output_limit).
     python:     the interpreter to run the code with (default: this one, `sys.executable`).
 
     Keyword-only:
+    total_cpu_s:   CPU time of all the code's processes together, seconds (namespace modes; default
+                   max(2*cpu_s, cpu_s+2); error "cpu"): stops fork and process bombs.
+    max_wall_s:    plain wall-clock limit of the whole call, start-up included, enforced by the parent
+                   (default 4*wall_s): a backstop that only a machine so loaded that the code gets
+                   less than ~1/8 of a core, or a wedged sandbox, reaches (error "timeout").
     max_procs:     processes + threads the code may have at once (RLIMIT_NPROC; ignored in
                    "rlimit-user" mode where it would count all of the caller's processes).
     file_mb:       largest file the code may write, MiB (RLIMIT_FSIZE).
@@ -608,15 +679,20 @@ class PythonSandbox:
     """
 
     def __init__(self, wall_s: float | None = None, cpu_s: int = 5, mem_mb: int = 512, max_output: int = 4000,
-                 python: str | None = None, *, max_procs: int = 32, file_mb: int = 32, tmp_mb: int = 64,
-                 isolation: str = "auto", site_packages: bool = False, ro_paths: Sequence[str] = (),
-                 fork_server: bool = True):
+                 python: str | None = None, *, total_cpu_s: float | None = None, max_wall_s: float | None = None,
+                 max_procs: int = 32, file_mb: int = 32, tmp_mb: int = 64, isolation: str = "auto",
+                 site_packages: bool = False, ro_paths: Sequence[str] = (), fork_server: bool = True):
         if isinstance(cpu_s, bool) or not isinstance(cpu_s, (int, float)) or int(cpu_s) != cpu_s or cpu_s < 1:
             raise ValueError(f"PythonSandbox: cpu_s must be a whole number of seconds >= 1, got {cpu_s!r}")
-        if wall_s is None:
-            wall_s = WALL_PER_CPU * cpu_s
+        wall_s = default_wall_s(cpu_s) if wall_s is None else wall_s
+        total_cpu_s = default_total_cpu_s(cpu_s) if total_cpu_s is None else total_cpu_s
         if not wall_s > 0:
             raise ValueError(f"PythonSandbox: wall_s must be > 0 seconds, got {wall_s!r}")
+        if not total_cpu_s > 0:
+            raise ValueError(f"PythonSandbox: total_cpu_s must be > 0 seconds, got {total_cpu_s!r}")
+        max_wall_s = MAX_WALL_PER_WALL * wall_s if max_wall_s is None else max_wall_s
+        if not max_wall_s >= wall_s:
+            raise ValueError(f"PythonSandbox: max_wall_s must be >= wall_s ({wall_s!r}), got {max_wall_s!r}")
         if mem_mb < 64:
             raise ValueError(f"PythonSandbox: mem_mb must be >= 64 (an interpreter needs ~30 MiB), got {mem_mb!r}")
         if max_output < 1:
@@ -631,6 +707,8 @@ class PythonSandbox:
             raise ValueError(f"PythonSandbox: python interpreter {python!r} is not an executable file")
         self.wall_s = float(wall_s)
         self.cpu_s = int(cpu_s)
+        self.total_cpu_s = float(total_cpu_s)
+        self.max_wall_s = float(max_wall_s)
         self.mem_mb = int(mem_mb)
         self.max_output = int(max_output)
         self.python = python
@@ -731,7 +809,8 @@ class PythonSandbox:
         nproc = {"ns-root": self.max_procs, "ns-user": self.max_procs + 2, "rlimit-root": self.max_procs,
                  "rlimit-user": -1}[mode]
         params = [mode, workdir, str(self.cpu_s), str(self.mem_mb << 20), str(nproc), str(self.file_mb << 20),
-                  "256", str(uid), str(self.tmp_mb), home, tmpdir, *self.import_paths, "--", *self.ro_paths]
+                  "256", str(uid), str(self.tmp_mb), repr(self.wall_s), repr(self.total_cpu_s), home, tmpdir,
+                  *self.import_paths, "--", *self.ro_paths]
         head = "\0".join(params).encode("utf-8", "surrogateescape")
         payload = b"%d\n" % len(head) + head + code.encode("utf-8", "surrogatepass")
         env = dict(_CHILD_ENV_FIXED, HOME=home, TMPDIR=tmpdir)
@@ -742,7 +821,7 @@ class PythonSandbox:
                 try:
                     io = _Pump(call, payload, out_cap=4 * self.max_output + 1024,
                                err_keep=max(4 * self.max_output, 8192), err_cap=max(1 << 20, 64 * self.max_output))
-                    killed = io.pump(deadline=t0 + self.wall_s)
+                    killed = io.pump(deadline=t0 + self.max_wall_s)
                     call.drop_lifeline()  # C exits on its EOF (a no-op if the call is over)
                     gone = io.finish(_EXIT_GRACE_S)
                     status = io.status_lines()
@@ -773,10 +852,18 @@ class PythonSandbox:
             # P itself failed before it could report (e.g. the bootstrap does not run with this python)
             raise SandboxError(f"PythonSandbox ({mode}): the sandbox bootstrap failed (exit {call.proc.returncode}): "
                                f"{io.err_tail.decode('utf-8', 'replace')[-1000:]}")
-        exit_line = next((s for s in status if s.startswith("exit ")), None)
-        return self._classify(io, killed, exit_line, wall), notes
+        exit_at = next((i for i, s in enumerate(status) if s.startswith("exit ")), None)
+        stop_at = next((i for i, s in enumerate(status) if s.startswith("timeout ")), None)
+        if stop_at is not None and exit_at is not None and stop_at < exit_at:
+            exit_at = None  # C stopped the run first (in the rlimit modes its sweep is what kills D)
+        elif exit_at is not None:
+            stop_at = None  # D ended by itself first
+        exit_line = status[exit_at] if exit_at is not None else None
+        stopped = status[stop_at] if stop_at is not None else None
+        return self._classify(io, killed, exit_line, stopped, wall), notes
 
-    def _classify(self, io: "_Pump", killed: str | None, exit_line: str | None, wall: float) -> SandboxResult:
+    def _classify(self, io: "_Pump", killed: str | None, exit_line: str | None, stopped: str | None,
+                  wall: float) -> SandboxResult:
         out = io.out.decode("utf-8", "replace")
         err = io.err_tail.decode("utf-8", "replace")
         if io.err_total > len(io.err_tail):
@@ -791,8 +878,14 @@ class PythonSandbox:
             note = f"[{which} truncated: the program wrote more than the {cap}-character limit"
             note += " and was stopped]" if killed else "]"
             return fail("output_limit", note, out[:cap])
+        if exit_line is None and stopped is not None:  # C's limits: the code had not ended by itself
+            if stopped.startswith("timeout wall"):
+                return fail("timeout", _join(err, f"TimeoutError: the program exceeded the {self.wall_s:g} s "
+                                                  f"wall-clock limit and was stopped"))
+            return fail("cpu", _join(err, f"TimeoutError: the program's processes exceeded the "
+                                          f"{self.total_cpu_s:g} s total CPU-time limit and were stopped"))
         if killed == "timeout":
-            return fail("timeout", _join(err, f"TimeoutError: the program exceeded the {self.wall_s:g} s "
+            return fail("timeout", _join(err, f"TimeoutError: the program exceeded the {self.max_wall_s:g} s "
                                               f"wall-clock limit and was stopped"))
         if exit_line is None:  # C died without reporting: cannot happen short of a kernel-level kill
             return fail("signal:unknown", _join(err, "[the sandbox process was terminated unexpectedly]"))
@@ -937,13 +1030,14 @@ class _ForkServer:
     def submit(self, fds: list[int]) -> int:
         """Hand one call's five child-side descriptors to the fork server (starting it if needed);
         returns the server's generation (how many times it has been started)."""
-        with self.lock:
+        boot = _boot_args(self.python)  # before self.lock: _boot_args may take _probe_lock, which a
+        with self.lock:                  # probe holds while it calls submit (lock order: probe, server)
             err = None
             for _ in range(2):
                 if self.proc is None or self.proc.poll() is not None:
                     if self.proc is not None:
                         self._died_locked("it exited")
-                    self._start_locked()
+                    self._start_locked(boot)
                 try:
                     self.sock.sendmsg([b"run"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
                     return self.starts
@@ -974,13 +1068,13 @@ class _ForkServer:
             if self.proc is not None and self.starts == generation:
                 self._died_locked(why)
 
-    def _start_locked(self) -> None:
+    def _start_locked(self, boot: list[str]) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # stdin/stdout/stderr are pipes, as for a per-call P: sys.stdin/stdout/stderr are built
             # at start-up (buffering, seekability), and every forked call inherits them.
             self.proc = subprocess.Popen(
-                [self.python, "-s", "-S", "-B", *_boot_args(self.python), "zygote", str(theirs.fileno())],
+                [self.python, "-s", "-S", "-B", *boot, "zygote", str(theirs.fileno())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 pass_fds=(theirs.fileno(),), env=dict(_CHILD_ENV_FIXED, HOME=_NS_WORKDIR, TMPDIR="/tmp"),
                 cwd="/", start_new_session=True)
@@ -1336,7 +1430,8 @@ def _bench(n: int, python: str | None, vs: str | None, threads: list[int], batch
                 med[name] = (_median(walls[name]), _median(cpus[name]))
                 line += f"  {name}: wall {1000 * med[name][0]:6.1f} ms, CPU {1000 * med[name][1]:5.1f} ms |"
             if "old" in med:
-                line += f"  old/new: wall {med['old'][0] / med['new'][0]:.2f}x, CPU {med['old'][1] / med['new'][1]:.2f}x"
+                (ow, oc), (nw, nc) = med["old"], med["new"]
+                line += f"  old/new: wall {ow / nw:.2f}x, CPU {oc / nc:.2f}x"
             print(line.rstrip(" |"), flush=True)
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
