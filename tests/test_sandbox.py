@@ -1013,8 +1013,7 @@ elif what == "replace":
         warnings.simplefilter("always")
         r1 = sb.run("print(1)")
         first = srv.pid
-        os.kill(first, signal.SIGKILL)  # between calls
-        assert wait_gone(first) or True
+        os.kill(first, signal.SIGKILL)  # between calls (a zombie until the next call reaps it)
         r2 = sb.run("print(2)")
         second = srv.pid
         box = {}

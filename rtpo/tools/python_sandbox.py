@@ -823,7 +823,9 @@ class PythonSandbox:
                                err_keep=max(4 * self.max_output, 8192), err_cap=max(1 << 20, 64 * self.max_output))
                     killed = io.pump(deadline=t0 + self.max_wall_s)
                     call.drop_lifeline()  # C exits on its EOF (a no-op if the call is over)
-                    gone = io.finish(_EXIT_GRACE_S)
+                    gone = io.finish(0.2)
+                    if not gone and (call.server is None or "start" in io.status_lines()):
+                        gone = io.finish(_EXIT_GRACE_S)  # P exists: wait for it (not if never forked)
                     status = io.status_lines()
                     if call.server is not None and "start" not in status and not any(
                             s.startswith("setup ") for s in status):
