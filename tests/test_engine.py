@@ -372,3 +372,25 @@ def test_prefix_cache_reuses_blocks_of_earlier_contexts_exactly():
     assert pc.slots
     e.sync()
     assert not pc.slots
+
+
+def test_head_on_needed_positions_only_gives_the_same_logprobs_and_gradients():
+    """The update scores only loss-mask positions (a flattened row's observation tokens are skipped):
+    there logprobs and gradients are those of scoring every position; elsewhere logp is 0."""
+    e = tiny.engine(seed=9)
+    ctx = contexts(e.tokenizer)
+    g = torch.Generator().manual_seed(2)
+    resp = [torch.randint(5, len(e.tokenizer), (n,), generator=g).tolist() for n in (6, 3, 8, 5)]
+    need = [[int(x) for x in torch.randint(0, 2, (len(r),), generator=g)] for r in resp]
+    need[1] = [1] * len(resp[1])
+    out = []
+    for nd in (None, need):
+        e.model.zero_grad(set_to_none=True)
+        logp, mask, ent = e._forward_logprobs(e.model, ctx, resp, 1.0, with_entropy=True, need=nd)
+        w = torch.zeros_like(mask)
+        for i, n in enumerate(need):
+            w[i, :len(n)] = torch.tensor(n, dtype=torch.float)
+        ((logp + 0.1 * ent) * w).sum().backward()
+        out.append((logp.detach() * w, ent.detach() * w, [p.grad.clone() for p in e.model.parameters()]))
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-6) and torch.allclose(out[0][1], out[1][1], atol=1e-6)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(out[0][2], out[1][2]))

@@ -238,9 +238,14 @@ class Decoder:
             K, V = cache.k[li], cache.v[li]
             K[write_b, :, write_p] = k[write_b, :, write_q]
             V[write_b, :, write_p] = v[write_b, :, write_q]
-            att = F.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], attn_mask=mask,
-                                                 scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
-            att = att.transpose(1, 2).reshape(B, M, nq)
+            if M == 1:   # one query per row: the query heads of a kv head side by side (no repeated K/V)
+                att = F.scaled_dot_product_attention(q.reshape(B, self.n_kv, self.n_heads // self.n_kv, D),
+                                                     K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=self.scale)
+                att = att.reshape(B, M, nq)
+            else:
+                att = F.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], attn_mask=mask,
+                                                     scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
+                att = att.transpose(1, 2).reshape(B, M, nq)
             x = x + F.linear(att, ly.o_w, ly.o_b)
             h = self._rms(x, ly.ln2)
             gu = F.linear(h, ly.gate_up_w)

@@ -249,12 +249,16 @@ class LocalEngine:
         return batches
 
     def _forward_logprobs(self, model: torch.nn.Module, prompts: list[list[int]], responses: list[list[int]],
-                          temperature: float, with_entropy: bool = False):
+                          temperature: float, with_entropy: bool = False, need: list[list[int]] | None = None):
         """Returns (logp (B, T), mask (B, T), entropy (B, T)|None) over response tokens.
 
         Rows that share a prompt (RTPO's siblings of one c_k, the chains of one prompt) run it once
         (rtpo.engine.shared_prefix) when that saves at least `share_min_saving` of the tokens;
-        otherwise every row is one right-padded sequence through the model's own forward."""
+        otherwise every row is one right-padded sequence through the model's own forward.
+
+        need: per row, 1 where the logprob is used (the update's loss mask); the output head and
+        log-softmax then run on those positions only (a flattened trajectory's observation tokens
+        are never scored), and logp / entropy are 0 elsewhere."""
         B = len(prompts)
         Tmax = max(len(r) for r in responses)
         tgt = torch.full((B, Tmax), self.pad_id, dtype=torch.long)
@@ -278,12 +282,27 @@ class LocalEngine:
                 hidden = decoder(input_ids=ids.to(self.device)).last_hidden_state              # (B, L, H)
                 gather_pos = gather_pos.to(self.device)
                 hidden = hidden.gather(1, gather_pos[:, :, None].expand(-1, -1, hidden.shape[-1]))  # (B, T, H)
-            logits = head(hidden).float()                                                      # (B, T, V)
+            sel = None
+            if need is not None:
+                nm = torch.zeros((B, Tmax), dtype=torch.bool)
+                for i, n in enumerate(need):
+                    nm[i, :len(n)] = torch.tensor(n, dtype=torch.bool)
+                sel = nm.to(self.device)
+                hidden = hidden[sel]                                                           # (n, H)
+            logits = head(hidden).float()                                                      # (B, T, V) | (n, V)
         if temperature > 0:
             logits = logits / temperature
         logp_all = torch.log_softmax(logits, dim=-1)
-        logp = logp_all.gather(-1, tgt.to(self.device)[:, :, None]).squeeze(-1)
-        ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+        tgt = tgt.to(self.device)
+        if sel is None:
+            logp = logp_all.gather(-1, tgt[:, :, None]).squeeze(-1)
+            ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+            return logp, mask.to(self.device), ent
+        logp = torch.zeros((B, Tmax), device=self.device).masked_scatter(
+            sel, logp_all.gather(-1, tgt[sel][:, None]).squeeze(-1))
+        ent = None
+        if with_entropy:
+            ent = torch.zeros((B, Tmax), device=self.device).masked_scatter(sel, -(logp_all.exp() * logp_all).sum(-1))
         return logp, mask.to(self.device), ent
 
     @torch.no_grad()
@@ -359,7 +378,7 @@ class LocalEngine:
                     mr = [mb_rows[i] for i in micro]
                     logp, pad_mask, ent = self._forward_logprobs(
                         self.model, [r.prompt_ids for r in mr], [r.response_ids for r in mr], temperature,
-                        with_entropy=cfg.entropy_coef > 0)
+                        with_entropy=cfg.entropy_coef > 0, need=[r.mask for r in mr])
                     if epoch == 0 and mi == 0:
                         det = logp.detach().cpu()
                         consistency(mr, [det[j, :len(r.response_ids)].tolist() for j, r in enumerate(mr)])
@@ -375,7 +394,8 @@ class LocalEngine:
                     if cfg.kl_coef > 0:
                         with torch.no_grad():
                             ref, _, _ = self._forward_logprobs(self.ref_model, [r.prompt_ids for r in mr],
-                                                               [r.response_ids for r in mr], temperature)
+                                                               [r.response_ids for r in mr], temperature,
+                                                               need=[r.mask for r in mr])
                         kl = L.low_var_kl(logp, ref)
                         loss = loss + cfg.kl_coef * L.masked_sum(kl, mask) / n_tok
                         tot_kl += float(L.masked_sum(kl.detach(), mask))
