@@ -494,10 +494,9 @@ class Harness:
         self.unix.listen()
         self.unix.setblocking(False)
         os.environ[SECRET_VAR] = self.secret  # the parent's environment holds a secret
-        self.sandbox = PythonSandbox(wall_s=WALL, cpu_s=CPU, mem_mb=MEM, max_output=CAP, max_wall_s=MAX_WALL,
-                                     ro_paths=[str(self.visible_dir)])
-        self.fallback = PythonSandbox(wall_s=WALL, cpu_s=CPU, mem_mb=MEM, max_output=CAP, max_wall_s=MAX_WALL,
-                                      ro_paths=[str(self.visible_dir)], fork_server=False)
+        limits = dict(wall_s=WALL, cpu_s=CPU, total_cpu_s=2 * CPU, max_wall_s=MAX_WALL, mem_mb=MEM, max_output=CAP)
+        self.sandbox = PythonSandbox(**limits, ro_paths=[str(self.visible_dir)])
+        self.fallback = PythonSandbox(**limits, ro_paths=[str(self.visible_dir)], fork_server=False)
         self.server = ps._servers.get(self.sandbox.python) if self.sandbox.fork_server else None
         self.server_id = (self.server.pid, self.server.starts) if self.server else None
         self.snapshot = _snapshot(str(self.hidden_dir), str(self.visible_dir))
@@ -756,23 +755,23 @@ def test_limits_and_their_defaults():
     assert (sb.wall_s, sb.total_cpu_s, sb.max_wall_s) == (10.0, 10.0, 40.0)
     assert (PythonSandbox(cpu_s=1).wall_s, PythonSandbox(cpu_s=1).total_cpu_s) == (3.0, 3.0)
     sb = PythonSandbox(cpu_s=1, wall_s=6, max_output=500)
-    r = sb.run("import time\ntime.sleep(2)\nprint('awake', flush=True)\nwhile True:\n    pass")
-    assert r.error == "cpu", r  # 2 s asleep + 1 s of CPU: the CPU limit, not the wall clock
+    r = sb.run("import time\ntime.sleep(1)\nprint('awake', flush=True)\nwhile True:\n    pass")
+    assert r.error == "cpu", r  # 1 s asleep + 1 s of CPU: the CPU limit, not the wall clock
     assert r.output == "awake\nTimeoutError: the program exceeded the 1 s CPU-time limit and was stopped"
-    assert r.wall_s > 2.5
-    r = PythonSandbox(cpu_s=1, wall_s=1.5, max_output=500).run("import time\ntime.sleep(100)")
+    assert r.wall_s > 1.5
+    r = PythonSandbox(cpu_s=1, wall_s=0.8, max_output=500).run("import time\ntime.sleep(100)")
     assert r.error == "timeout"
-    assert r.output == "TimeoutError: the program exceeded the 1.5 s wall-clock limit and was stopped"
-    assert 1.4 < r.wall_s < 1.5 + SLACK
+    assert r.output == "TimeoutError: the program exceeded the 0.8 s wall-clock limit and was stopped"
+    assert 0.7 < r.wall_s < 0.8 + SLACK
 
 
 def test_process_bomb_is_stopped_by_the_total_cpu_limit(sandbox):
     if sandbox.mode not in NS_MODES:
         pytest.skip("total_cpu_s is enforced in the namespace modes")
-    sb = PythonSandbox(cpu_s=1, total_cpu_s=2, wall_s=30, max_wall_s=60, max_output=500)
+    sb = PythonSandbox(cpu_s=1, total_cpu_s=1, wall_s=30, max_wall_s=60, max_output=500)
     r = sb.run("import os\nfor _ in range(4):\n    os.fork()\nwhile True:\n    pass")  # 16 spinners
-    assert r.error == "cpu", r
-    assert r.output == "TimeoutError: the program's processes exceeded the 2 s total CPU-time limit and were stopped"
+    assert r.error == "cpu", r  # (each has ~1/16 of the 1 s when the total is reached: RLIMIT_CPU is not)
+    assert r.output == "TimeoutError: the program's processes exceeded the 1 s total CPU-time limit and were stopped"
 
 
 # A loaded machine, made on purpose: the sandbox's processes and three spinners share one CPU, so
