@@ -92,7 +92,8 @@ def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
 
 
 def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, Any]:
-    """The effective settings of one run: train.* overlaid by method.<name>.*, plus env.<task>.*.
+    """The effective settings of one run: train.* overlaid by method.<name>.* (itself overlaid by
+    method.<name>.per_task.<task>.*), plus env.<task>.*.
 
     Returns {"train": {...}, "method": {...}, "env": {...}, "psi": str}.
     """
@@ -102,6 +103,8 @@ def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, An
         raise ConfigError(f"task {task!r} has no section under 'env' (have: {sorted(cfg.get('env', {}))})")
     train = copy.deepcopy(cfg["train"])
     m = copy.deepcopy(cfg["method"][method] or {})
+    per_task = m.pop("per_task", None) or {}
+    m.update({k: v for k, v in (per_task.get(task) or {}).items() if k != "per_task"})  # E.3: per-task budgets
     for k in list(m):
         if k in train:
             train[k] = m.pop(k)

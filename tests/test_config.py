@@ -1,0 +1,31 @@
+"""Config: per-task method overrides (E.3 sets budgets per task) are applied and validated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtpo.config import ConfigError, load_config, method_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_per_task_overrides_apply_to_their_task_only():
+    cfg = load_config(ROOT / "config/config.yaml", ["method.grpo.per_task.search.chains=14",
+                                                    "method.rtpo.per_task.math.trunks=3"])
+    base_chains = cfg["method"]["grpo"]["chains"]
+    assert method_settings(cfg, "grpo", "search")["method"]["chains"] == 14
+    assert method_settings(cfg, "grpo", "math")["method"]["chains"] == base_chains
+    assert method_settings(cfg, "rtpo", "math")["method"]["trunks"] == 3
+    assert "per_task" not in method_settings(cfg, "rtpo", "math")["method"]
+
+
+@pytest.mark.parametrize("override, where", [
+    ("method.grpo.per_task.search.chainz=14", "method.grpo.per_task.search"),
+    ("method.grpo.per_task.chess.chains=14", "method.grpo.per_task"),
+    ("method.rtpo.per_task.math.group_size=1", "method.rtpo.per_task.math.group_size"),
+])
+def test_per_task_overrides_are_validated_like_the_section(override, where):
+    with pytest.raises(ConfigError, match=f"--set {override}.*'{where}'"):
+        load_config(ROOT / "config/config.yaml", [override])
