@@ -247,7 +247,10 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
     else:
         raise ValueError(f"model.source {m['source']!r}: expected tiny | hf | gguf")
     s = cfg.get("sft", {})
-    summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters())}
+    # the warm start's floating-point sums depend on the thread count (sft.threads, fixed by the config):
+    # the same count gives bit-identical weights on a rerun, another count other weights (README)
+    summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters()),
+                               "threads": torch.get_num_threads()}
     if int(s.get("copy_pretrain_steps", 0)) > 0:
         cl = copy_pretrain(model, tok, int(s["copy_pretrain_steps"]), float(s.get("copy_pretrain_lr", 6e-3)), seed=seed)
         k = max(1, len(cl) // 10)  # the loss curve in tenths: plateau, then the drop

@@ -497,6 +497,17 @@ def test_problem_summary_and_per_problem_input(tmp_path):
     assert read_eval_problems(e) == []
 
 
+def test_status_resolution_scales_with_problems():
+    from rtpo.report.stats import ProblemSummary
+    from rtpo.report.status import resolution
+
+    def comp(half):
+        return {"problem": ProblemSummary(0.0, half / 1.96, 100, -half, half, 3, 90)}
+    # median half-width 0.10 (10 pp) at 30 problems: a 5-pp half-width needs 4x the problems
+    assert resolution([comp(0.08), comp(0.10), comp(0.30)], 30) == "10.0; ~120 (have 30)"
+    assert resolution([], 30) == "—"
+
+
 def test_steplog_records_clip_kl_ref_and_rollout_kinds():
     from types import SimpleNamespace
 
@@ -642,3 +653,16 @@ def test_smoke_dag_report(request, tmp_path):
                                       check_exact=False, rtol=1e-9)
     led = pd.read_csv(tdir / "claims.csv")
     assert (led[led.rule != "theory-check"].verdict == INCONCLUSIVE).all()  # one seed
+    # issue 18: the eval JSONs carry per_problem, and the learning / budget / status files were written
+    doc = json.loads((results / "eval" / "math" / "rtpo" / "seed0.json").read_text())
+    assert sum(p["samples"] for p in doc["per_problem"]) == doc["overall"]["samples"]
+    assert doc["overall"]["pass@1"] == pytest.approx(np.mean([p["successes"] / p["samples"]
+                                                              for p in doc["per_problem"]]))
+    for name in ("table_learning", "table_budget", "table01_vs_vanilla", "timing_table14_training_cost"):
+        assert (tdir / f"{name}.csv").stat().st_size > 0, name
+    status = (tdir / "status.md").read_text()
+    assert "Claim ledger (results/tables/claims.md)" in status and "span of this results tree" in \
+        (tdir / "timing_status.md").read_text()
+    budget = pd.read_csv(tdir / "table_budget.csv")
+    paper = budget[budget.metric == "rollouts_per_prompt_paper"]
+    assert set(paper.method) == set(cfg["methods"]) - {"vanilla"} and (paper["mean"] > 0).all()

@@ -68,7 +68,7 @@ def _save(fig, outdir: Path, name: str) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / f"{name}.png", outdir / f"{name}.pdf"]
     atomic_call(paths[0], fig.savefig, dpi=DPI)  # layouts leave room for titles and legends (tight_layout rect)
-    atomic_call(paths[1], fig.savefig)
+    atomic_call(paths[1], fig.savefig, metadata={"CreationDate": None})  # no timestamp: a rerun writes the same bytes
     plt.close(fig)
     return paths
 

@@ -65,6 +65,21 @@ def _ci_pp(ps) -> str:
     return f"{100 * ps.mean:+.1f} [{100 * ps.lo:+.1f}, {100 * ps.hi:+.1f}]"
 
 
+def resolution(comps: list[dict], n_problems: int | None, target_pp: float = 5.0) -> str:
+    """The median half-width (pp) of the problem-paired CIs of `comps` (RL methods vs Vanilla on one
+    task) and the number of evaluation problems at which it would be `target_pp`: the half-width scales
+    as 1/sqrt(problems) at the same samples per problem and seeds, so n (half / target)^2."""
+    halves = sorted(100 * (c["problem"].hi - c["problem"].lo) / 2 for c in comps
+                    if not math.isnan(c["problem"].lo))
+    if not halves:
+        return "—"
+    half = halves[len(halves) // 2] if len(halves) % 2 else (halves[len(halves) // 2 - 1] + halves[len(halves) // 2]) / 2
+    if not n_problems:
+        return f"{half:.1f}"
+    need = math.ceil(n_problems * (half / target_pp) ** 2)
+    return f"{half:.1f}; ~{need} (have {n_problems})"
+
+
 def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
     """The body of status.md (Markdown lines)."""
     from rtpo.report.ledger import verdict_counts
@@ -104,13 +119,17 @@ def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
         up = sum(1 for cc in rl if not math.isnan(cc["problem"].lo) and cc["problem"].lo > 0)
         down = sum(1 for cc in rl if not math.isnan(cc["problem"].hi) and cc["problem"].hi < 0)
         col["RL methods above / below Vanilla beyond eval noise"] = f"{up} / {down} of {len(rl)}"
+        col["paired 95 % CI half-width vs Vanilla (pp, median); problems for ±5 pp"] = \
+            resolution(rl, n_problems.get(t))
     if grid:
         rows = list(next(iter(grid.values())))
         L += ["pass@1 (%), mean ± std over seeds (results/tables/table01_main.md, table01_vs_vanilla.md):", "",
               to_markdown(pd.DataFrame([{"": r, **{t: grid[t][r] for t in grid}} for r in rows])), ""]
         L += ["SE rows: root-mean-square over the methods of the task average's standard error; 'beyond eval "
               "noise' = the difference's 95 % CI, paired by problem and seed, excludes 0 (it holds each seed's "
-              "trained model fixed; the seed-paired CI in table01_vs_vanilla.md asks about retraining).", ""]
+              "trained model fixed; the seed-paired CI in table01_vs_vanilla.md asks about retraining); "
+              "problems for ±5 pp = the evaluation problems per task at which that CI's half-width would be "
+              "5 pp (it scales as 1/√problems at the same samples and seeds).", ""]
     # ---- learning
     cells = learning_cells(res)
     if cells:
@@ -180,10 +199,10 @@ def timing_lines(res: Results, now: float | None = None) -> list[str]:
                  "(the DAG's wall time on a fresh run; on a partial rerun it counts from the older files).")
     sft = root / "models" / "base" / "sft_summary.json"
     if sft.exists():
-        w = json.loads(sft.read_text()).get("wall_s")
-        if w is not None:
-            L.append(f"- warm start (`rtpo base-model`): {w / 60:.1f} min at sft.threads = "
-                     f"{(res.cfg.get('sft') or {}).get('threads', '?')}.")
+        doc = json.loads(sft.read_text())
+        if doc.get("wall_s") is not None:
+            threads = doc.get("threads", (res.cfg.get("sft") or {}).get("threads", "?"))
+            L.append(f"- warm start (`rtpo base-model`): {doc['wall_s'] / 60:.1f} min at {threads} torch threads.")
     if not res.steps.empty and "time_total" in res.steps.columns:
         main = res.steps[res.steps.scope == MAIN]
         per = main.groupby("method").time_total.sum()
