@@ -1,4 +1,4 @@
-"""Configuration: load a YAML file, validate it against workflow/schemas/config.schema.yaml, apply
+"""Configuration: load a YAML file, validate it against the package's config.schema.yaml (beside this file), apply
 `--set key.path=value` overrides, and derive the effective settings of one (method, task) run.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
 
 # train.* keys a method section may override, and where they go
 UPDATE_KEYS = ("lr", "kl_coef", "clip", "dual_clip_c", "entropy_coef", "max_grad_norm", "weight_decay",

@@ -16,10 +16,10 @@ import pytest
 
 from rtpo.data import generate_tasks, get_expert
 from rtpo.envs import Env, ToolEnv, make_env
-from rtpo.envs.airline import AirlineEnv
+from rtpo.envs.airline_env import AirlineEnv
 from rtpo.envs.base import Task
-from rtpo.envs.math import MathEnv
-from rtpo.envs.search import SearchEnv, extract_answer
+from rtpo.envs.math_env import MathEnv
+from rtpo.envs.search_env import SearchEnv, extract_answer
 from rtpo.tools.parse import format_tool_call
 
 # the real Python sandbox runs subprocesses: a hang there must fail the test, not stall the suite

@@ -2,7 +2,7 @@
 protocol) and its HTTP client, the persistent cache, and failures during a rollout.
 
 The slow tests share one synthetic corpus of 100,000 passages, indexed once per module both in
-process (rtpo.tools.search.BM25Index) and on disk (rtpo.retrieval.index), and one server process.
+process (rtpo.tools.search_tool.BM25Index) and on disk (rtpo.retrieval.index), and one server process.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rtpo.retrieval.core import ResultCache, RetrievalError, bm25_scores, top_k_
 from rtpo.retrieval.index import DiskBM25Index, build_index
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.rollout import Roller, Start
-from rtpo.tools.search import BM25Index, _tokenize, retriever_for
+from rtpo.tools.search_tool import BM25Index, _tokenize, retriever_for
 from tests.helpers import tiny
 
 N_PASSAGES = 100_000

@@ -9,7 +9,7 @@ import torch
 
 from rtpo.engine.base import SamplingParams, UpdateConfig
 from rtpo.envs.base import Task
-from rtpo.envs.toy import LastTurnEnv
+from rtpo.envs.toy_env import LastTurnEnv
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.rtpo import RTPO
 from rtpo.rollout import Roller, Start

@@ -814,7 +814,7 @@ def test_outcomes_do_not_depend_on_the_machine_load():
 
 def test_math_env_observation_names_the_timeout_kind():
     """What the policy reads: the math env's observation carries the sandbox's text unchanged."""
-    from rtpo.envs.math import MathEnv
+    from rtpo.envs.math_env import MathEnv
     from rtpo.tools.parse import ToolCall
     env = MathEnv(sandbox_kwargs={"cpu_s": 1})
     assert env.sandbox.cpu_s == 1 and env.sandbox.wall_s == 3.0

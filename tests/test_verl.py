@@ -114,7 +114,7 @@ class _Parity:
     """Toy env whose reward is the parity of the last turn's length: a random model gets spread."""
 
     def __init__(self, K: int = 2):
-        from rtpo.envs.toy import LastTurnEnv
+        from rtpo.envs.toy_env import LastTurnEnv
 
         self.env = LastTurnEnv(max_turns=K)
         self.max_turns = K

@@ -23,7 +23,7 @@ from rtpo.retrieval.client import HttpRetriever
 from rtpo.retrieval.core import RetrievalError
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.retrieval.web import SerpApiBackend, WebSearchUnavailable, make_web_backend, parse_serpapi
-from rtpo.tools.search import make_retriever
+from rtpo.tools.search_tool import make_retriever
 
 KEY = "test-key-123"
 

@@ -32,7 +32,7 @@ Expert = Callable[[Task, Any, float, random.Random], tuple[list[Message], float]
 def _module(kind: str):
     if kind not in KINDS:
         raise ValueError(f"unknown task kind {kind!r}; known: {', '.join(KINDS)}")
-    return importlib.import_module(f"rtpo.data.{kind}")
+    return importlib.import_module(f"rtpo.data.{kind}_tasks")
 
 
 def split_of(question: str, seed: int) -> str:

@@ -151,11 +151,11 @@ def make_env(task: Task, **cfg: Any) -> ToolEnv:
     (all kinds: max_turns, max_obs_chars; math: sandbox, sandbox_kwargs; search: top_k, corpus).
     The env is not reset: call `env.reset(task)`."""
     if task.kind == "math":
-        from rtpo.envs.math import MathEnv as cls
+        from rtpo.envs.math_env import MathEnv as cls
     elif task.kind == "search":
-        from rtpo.envs.search import SearchEnv as cls
+        from rtpo.envs.search_env import SearchEnv as cls
     elif task.kind == "airline":
-        from rtpo.envs.airline import AirlineEnv as cls
+        from rtpo.envs.airline_env import AirlineEnv as cls
     else:
         raise ValueError(f"make_env: task {task.id} has unknown kind {task.kind!r}; "
                          f"known: {', '.join(ENV_KINDS)}")

@@ -1,9 +1,9 @@
 """Retrieval at paper scale: a saved BM25 index, the Search-R1 `/retrieve` server, its HTTP client,
 a web-search backend, a persistent result cache and pinned HTTPS downloads.
 
-The CPU default never needs any of this: its search env keeps the in-process `rtpo.tools.search.
+The CPU default never needs any of this: its search env keeps the in-process `rtpo.tools.search_tool.
 BM25Index` over the embedded knowledge base. A config selects these parts with a `retriever`
-section (`rtpo.tools.search.make_retriever`).
+section (`rtpo.tools.search_tool.make_retriever`).
 
 Modules
   core     passages, the ranking rule every backend shares, RetrievalError, the result cache

@@ -1,6 +1,6 @@
 """A saved BM25 index over a corpus.jsonl, loaded memory-mapped (paper scale: wiki-18, 21M passages).
 
-Built with bm25s exactly as the in-process `rtpo.tools.search.BM25Index` (Lucene BM25, k1=1.5,
+Built with bm25s exactly as the in-process `rtpo.tools.search_tool.BM25Index` (Lucene BM25, k1=1.5,
 b=0.75, English stopwords, no stemming, each passage indexed as ``title + " " + text``), so a
 query ranks the same passages in the same order with the same scores in both, ties broken by
 passage id (`rtpo.retrieval.core.top_k_order`).
@@ -67,7 +67,7 @@ class Progress:
 
 
 def _tokenize(texts: list[str]) -> list[list[str]]:
-    from rtpo.tools.search import _tokenize as tok  # the in-process index's tokenizer: one definition
+    from rtpo.tools.search_tool import _tokenize as tok  # the in-process index's tokenizer: one definition
     return tok(texts)
 
 

@@ -14,7 +14,7 @@ Where it runs:
   * otherwise                                          -> main_ppo starts a local Ray cluster.
 
 Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf |
-vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, and (not yet in workflow/schemas/config.schema.yaml)
+vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, and (not yet in rtpo/config.schema.yaml)
 device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation,
 prompt_length, response_length, obs_tokens, agent_workers, env_factory, overrides (a list of raw
 Hydra overrides appended last).

@@ -1,6 +1,6 @@
 """The toy env as a verl env factory (``+rtpo.env_factory=rtpo.verl_ext.toy:env_factory``): tests only.
 
-`rtpo.envs.toy.LastTurnEnv` always runs exactly K turns and rewards the last one, so a random tiny
+`rtpo.envs.toy_env.LastTurnEnv` always runs exactly K turns and rewards the last one, so a random tiny
 model yields multi-turn trunks and every stage of RTPO's reverse sweep is exercised on CPU without a
 trained model. env options: max_turns (K, default 2), target (default "yes"), reward: "target" (1 if
 the last turn contains the target word) or "parity" (1 if the last turn's text has odd length: a
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtpo.envs.toy import LastTurnEnv
+from rtpo.envs.toy_env import LastTurnEnv
 
 
 class ParityEnv(LastTurnEnv):

@@ -2,7 +2,7 @@
 other rules/*.smk files).
 
 What is here, in order:
-  1. config validation (workflow/schemas/config.schema.yaml) and the checks a schema cannot express;
+  1. config validation (rtpo/config.schema.yaml, the package's schema) and the checks a schema cannot express;
   2. the effective config file every `rtpo` command reads;
   3. the `rtpo` console script of the Python environment that runs Snakemake;
   4. the grid: tasks x methods x seeds, output paths;
@@ -26,7 +26,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from rtpo.config import ConfigError, method_settings, set_path
+from rtpo.config import SCHEMA, ConfigError, method_settings, set_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,7 +43,7 @@ def check_config(cfg):
     Raises WorkflowError with one line naming the offending key path and the config files.
     """
     try:
-        validate(cfg, schema="../schemas/config.schema.yaml")
+        validate(cfg, schema=str(SCHEMA))
     except WorkflowError as e:
         import jsonschema
 

@@ -5,7 +5,7 @@ A turn without a tool call finishes the episode (the agent's closing reply). Rew
 final DB (users, flights with free seats, reservations) equals the goal DB, else 0.0; metrics
 {"db_match"}. A tool call on turn K is executed and the DB is scored as it then is (truncated=True).
 
-Task.meta: {"db": <initial DB, schema in rtpo.tools.airline>,
+Task.meta: {"db": <initial DB, schema in rtpo.tools.airline_db>,
             "goal": {"actions": [[tool, {args}], ...]}   # applied to the initial DB -> goal DB
                     or {"db": <goal DB>}}
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from rtpo.envs import ToolEnv
 from rtpo.envs.base import Task
-from rtpo.tools.airline import AIRLINE_SPECS, AirlineDB
+from rtpo.tools.airline_db import AIRLINE_SPECS, AirlineDB
 from rtpo.tools.parse import ToolCall, strip_think
 
 __all__ = ["AirlineEnv", "goal_db"]

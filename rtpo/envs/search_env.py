@@ -6,8 +6,8 @@ Metrics: {"em", "f1", "hit"}; "hit" is the paper's output-hit over all assistant
 
 Corpus: `corpus=` given to the constructor, else from the task's meta: "corpus_path" (a
 corpus.jsonl) or "corpus_seed" (the embedded KB, `rtpo.data.corpus_for("search", seed)`). The
-BM25 index is shared between envs through `rtpo.tools.search.get_index`. Paper scale: a task's
-meta "retriever" (a backend spec, `rtpo.tools.search.make_retriever`) takes precedence; a search
+BM25 index is shared between envs through `rtpo.tools.search_tool.get_index`. Paper scale: a task's
+meta "retriever" (a backend spec, `rtpo.tools.search_tool.make_retriever`) takes precedence; a search
 that backend cannot answer is an ``Error: ...`` observation and a tool error.
 """
 
@@ -22,7 +22,7 @@ from rtpo.envs.base import Task
 from rtpo.eval.metrics import qa_scores
 from rtpo.tools.parse import ToolCall, strip_think
 from rtpo.retrieval.core import RetrievalError
-from rtpo.tools.search import SEARCH_SPEC, BM25Index, format_hits, get_index, load_corpus, retriever_for
+from rtpo.tools.search_tool import SEARCH_SPEC, BM25Index, format_hits, get_index, load_corpus, retriever_for
 
 __all__ = ["SearchEnv", "extract_answer", "index_for_task"]
 
