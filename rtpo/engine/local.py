@@ -222,28 +222,38 @@ class LocalEngine:
     def _micro_batches(self, prompts: list[list[int]], responses: list[list[int]], max_tokens: int) -> list[list[int]]:
         """Group row indices so that each micro-batch's padded tokens stay within max_tokens.
 
-        Rows of one prompt stay together (their prompt is scored once: shared_prefix), groups in
-        order of prompt length; cost = distinct prompts x longest prompt + rows x longest response.
-        Without shared prompts this is rows sorted by length, cost = rows x longest row."""
-        distinct, owner = SP.group_by_prompt(prompts)
-        if len(distinct) == len(prompts):
+        A micro-batch is scored as (distinct prompts, right-padded) + (responses, right-padded)
+        (rtpo.engine.shared_prefix), so its cost is distinct prompts x longest prompt + rows x longest
+        response. Rows are taken in order of response length, then prompt length (rows of one prompt
+        with similar responses, e.g. RTPO's siblings, fall together), so padding stays small: the
+        chains of one prompt, whose lengths differ by whole turns, are not forced into one batch.
+        Without shared prompts each row is one sequence: rows sorted by length, cost = rows x longest."""
+        if len({tuple(p) for p in prompts}) == len(prompts):   # nothing shared: rows x longest row
             lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
             order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-            units = [([i], lengths[i], 0) for i in order]
-        else:
-            members: list[list[int]] = [[] for _ in distinct]
-            for i, g in enumerate(owner):
-                members[g].append(i)
-            order_g = sorted(range(len(distinct)), key=lambda g: len(distinct[g]))
-            units = [(members[g], len(distinct[g]), max(len(responses[i]) for i in members[g])) for g in order_g]
-        batches, cur, n_groups, n_rows, longest_p, longest_r = [], [], 0, 0, 0, 0
-        for rows_u, plen, rlen in units:
-            lp, lr = max(longest_p, plen), max(longest_r, rlen)
-            if cur and (n_groups + 1) * lp + (n_rows + len(rows_u)) * lr > max_tokens:
+            batches, cur, longest = [], [], 0
+            for i in order:
+                if cur and max(longest, lengths[i]) * (len(cur) + 1) > max_tokens:
+                    batches.append(cur)
+                    cur, longest = [], 0
+                cur.append(i)
+                longest = max(longest, lengths[i])
+            return batches + ([cur] if cur else [])
+        order = sorted(range(len(prompts)), key=lambda i: (len(responses[i]), len(prompts[i]), prompts[i]))
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        seen: set[tuple[int, ...]] = set()
+        longest_p = longest_r = 0
+        for i in order:
+            key = tuple(prompts[i])
+            n_groups = len(seen) + (key not in seen)
+            lp, lr = max(longest_p, len(prompts[i])), max(longest_r, len(responses[i]))
+            if cur and n_groups * lp + (len(cur) + 1) * lr > max_tokens:
                 batches.append(cur)
-                cur, n_groups, n_rows, lp, lr = [], 0, 0, plen, rlen
-            cur.extend(rows_u)
-            n_groups, n_rows, longest_p, longest_r = n_groups + 1, n_rows + len(rows_u), lp, lr
+                cur, seen, lp, lr = [], set(), len(prompts[i]), len(responses[i])
+            cur.append(i)
+            seen.add(key)
+            longest_p, longest_r = lp, lr
         if cur:
             batches.append(cur)
         return batches
