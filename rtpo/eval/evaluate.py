@@ -33,7 +33,7 @@ from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start, Trajectory
 from rtpo.train import build_engine, env_factory, load_tasks
 
-CHUNK = 32  # trajectories rolled out together (one progress-bar tick each chunk)
+CHUNK = 256  # trajectories rolled out together by the local engine (each turn one batched sample call; one progress tick each)
 
 
 def benchmark_of(task) -> str:
