@@ -16,7 +16,6 @@ All live trajectories sample their next turn in one batched engine call.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -101,6 +100,11 @@ class Start:
     first_kind: str = "trunk"
     rest_kind: str = "trunk"
     seed: int | None = None
+
+
+def _copy_messages(messages: list[Message]) -> list[Message]:
+    """A copy of a history that no later turn can change (messages are flat dicts of strings)."""
+    return [dict(m) for m in messages]
 
 
 class _Live:
@@ -216,10 +220,10 @@ class Roller:
             raise ValueError(f"trajectory {src.task.id} has no boundary S_{k} (it has {len(src.boundaries)} turns)")
         b = src.boundaries[k]
         env.reset(s.task)
-        env.restore(copy.deepcopy(b.env_state))
+        env.restore(b.env_state)  # the Env contract: restore copies what it keeps (siblings restore it too)
         traj = Trajectory(task=s.task, turns=list(src.turns[:k]), boundaries=list(src.boundaries[:k]),
                           full_ids=list(b.full_ids), action_spans=list(src.action_spans[:k]),
-                          messages=copy.deepcopy(b.messages), start_k=k,
+                          messages=_copy_messages(b.messages), start_k=k,
                           info={"prompt_len": src.info.get("prompt_len", 0)})
         live = _Live(traj, env, s)
         live.rendered = b.text
@@ -247,7 +251,7 @@ class Roller:
                     t.done, t.truncated = True, True
                     t.info["context_overflow"] = True
                     continue
-                t.boundaries.append(Boundary(L.k, copy.deepcopy(t.messages), list(t.full_ids),
+                t.boundaries.append(Boundary(L.k, _copy_messages(t.messages), list(t.full_ids),
                                              L.env.snapshot(), c, L.rendered))
                 ctx[i] = c
             active = [i for i in active if i in ctx]

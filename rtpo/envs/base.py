@@ -79,4 +79,7 @@ class Env(Protocol):
         """A self-contained copy of the env state at the current turn boundary."""
 
     def restore(self, state: Any) -> None:
-        """Return to a snapshot; the same actions then give the same observations and reward."""
+        """Return to a snapshot; the same actions then give the same observations and reward.
+
+        `state` is restored again by every sibling forked from the same boundary: copy what you
+        keep, never mutate it (the Roller hands over the recorded snapshot itself)."""
