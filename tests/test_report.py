@@ -405,6 +405,19 @@ def test_budget_table_counts_like_e3_and_flags_rtpo(tree):
     assert "Flagged: " in md and "RTPO" in md.split("Flagged: ")[1].split("\n")[0]
 
 
+def test_budget_table_shows_per_task_settings(tmp_path):
+    cfg = fixture_config(**{"train.steps": 3, "tasks": ["math", "airline"], "methods": ["vanilla", "grpo", "rtpo"],
+                            "seeds": [0], "ablations": {"seeds": [0]}})
+    cfg["method"]["rtpo"]["per_task"] = {"math": {"trunks": 1, "group_size": 4}}
+    config = write_config(cfg, tmp_path / "config.yaml")
+    make_results_tree(tmp_path, cfg, theory=False)
+    assert _report(tmp_path, config, "tables") == 0
+    grid = _md_grid(tmp_path / "results" / "tables" / "table_budget.md")
+    col = grid[0].index("settings")
+    rows = {(r[0], r[1]): r[col] for r in grid[1:]}
+    assert rows[("math", "RTPO")] == "trunks 1, group_size 4" and rows[("airline", "RTPO")] == "trunks 2, group_size 3"
+
+
 def test_closest_trunks_and_g_reproduce_the_papers_e3_choice():
     from rtpo.report.tables import closest_trunks_g
 

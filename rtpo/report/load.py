@@ -482,8 +482,10 @@ def _isnan(v: Any) -> bool:
 
 
 def training_steps(cfg: dict[str, Any], method: str, task: str) -> int:
-    """The run's `train.steps` after its method section's override (vanilla: 0 = evaluated as is)."""
-    m = (cfg.get("method") or {}).get(method) or {}
+    """The run's `train.steps` after its method section's override and that section's per_task.<task>
+    override (vanilla: 0 = evaluated as is)."""
+    m = dict((cfg.get("method") or {}).get(method) or {})
+    m.update(((m.pop("per_task", None) or {}).get(task)) or {})
     return int(m.get("steps", (cfg.get("train") or {}).get("steps", 1)))
 
 

@@ -927,7 +927,10 @@ def budget_cells(res: Results) -> list[dict[str, Any]]:
             mean = summarize(paper[m].values()).mean if paper[m] else math.nan
             dev = 100 * (mean / median - 1) if median and not math.isnan(mean) else math.nan
             turns = res.steps_by_seed(t, m, "trunks_turns_mean", "mean")
-            settings = ((res.cfg.get("method") or {}).get(m) or {})
+            try:  # the run's own settings: method.<m>, overlaid by method.<m>.per_task.<task>
+                settings = method_settings(res.cfg, m, t)["method"]
+            except Exception:
+                settings = ((res.cfg.get("method") or {}).get(m) or {})
             match = (closest_trunks_g(summarize(turns.values()).mean if turns else math.nan, median)
                      if "group_size" in settings and "trunks" in settings else None)
             out.append({"task": t, "method": m, "paper": paper[m], "median": median, "dev": dev,
