@@ -15,18 +15,17 @@ def _cfg(args):
 
 
 def cmd_data(args) -> int:
+    from rtpo.config import data_settings, task_file_options
     from rtpo.data import write_task_files
 
     cfg = _cfg(args)
-    d, env = cfg["data"], cfg["env"][args.task]
+    d = cfg["data"]
     if "benchmarks" in d[args.task]:  # paper scale: real benchmarks through the adapters
         from rtpo.data.paper import prepare
 
         print(json.dumps(prepare(args.task, d[args.task], args.out, data=d)))
         return 0
-    opts = {"seed": d["seed"], **d[args.task], "n_expert": cfg["sft"]["demos_per_task"],
-            "imperfection": cfg["sft"]["imperfection"],
-            "env": {k: v for k, v in env.items() if k in ("max_turns", "max_obs_chars", "top_k")}}
+    opts = task_file_options(data_settings(cfg, args.task))  # what the workflow fingerprints (rtpo.dag)
     paths = write_task_files(args.task, opts, args.out, progress=True)
     print(json.dumps({k: str(v) for k, v in paths.items()}))
     return 0

@@ -1,10 +1,13 @@
-"""Configuration: load a YAML file, validate it against the package's config.schema.yaml (beside this file), apply
-`--set key.path=value` overrides, and derive the effective settings of one (method, task) run.
+"""Configuration: load a YAML file, validate it against the package's config.schema.yaml (beside this
+file), apply `--set key.path=value` overrides, and derive what each job reads: the effective settings
+of one (method, task) run (`method_settings`) and of one task's data (`data_settings`). The jobs and
+the workflow's rerun fingerprints (rtpo.dag) both call these, so a key has one list.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # package data (pyproject.toml)
+
+# env.<task> keys that are options of the env itself (rtpo.envs.make_env); the others (psi,
+# max_new_tokens, max_prompt_tokens, ...) are read by the Roller and the engine
+ENV_OPTION_KEYS = ("max_turns", "max_obs_chars", "top_k")
 
 # train.* keys a method section may override, and where they go
 UPDATE_KEYS = ("lr", "kl_coef", "clip", "dual_clip_c", "entropy_coef", "max_grad_norm", "weight_decay",
@@ -111,3 +118,24 @@ def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, An
     env = copy.deepcopy(cfg["env"][task])
     psi = m.pop("psi", env.get("psi", "full"))
     return {"train": train, "method": m, "env": env, "psi": psi}
+
+
+def env_options(env: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword options of `rtpo.envs.make_env` in an env.<task> section."""
+    return {k: v for k, v in env.items() if k in ENV_OPTION_KEYS}
+
+
+def data_settings(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:
+    """What `rtpo data --task T` reads of the config (embedded generators): data.seed, data.<task>,
+    the scripted experts' number and error rate (sft.demos_per_task, sft.imperfection) and the env
+    options their envs are built with. `rtpo data` builds its options from exactly this dict
+    (`task_file_options`), and the workflow fingerprints it (rtpo.dag): one list of keys."""
+    return {"seed": cfg["data"]["seed"], "data": cfg["data"].get(task),
+            "n_expert": cfg["sft"]["demos_per_task"], "imperfection": cfg["sft"]["imperfection"],
+            "env": env_options(cfg["env"].get(task, {}))}
+
+
+def task_file_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of `rtpo.data.write_task_files` from `data_settings(cfg, task)`."""
+    return {"seed": settings["seed"], **(settings["data"] or {}), "n_expert": settings["n_expert"],
+            "imperfection": settings["imperfection"], "env": settings["env"]}

@@ -41,15 +41,13 @@ import torch
 from rtpo.progress import progress as tqdm
 
 from rtpo.atomic import atomic_dir, atomic_write_text, remove_leftovers
-from rtpo.config import method_settings
+from rtpo.config import env_options, method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
 from rtpo.inputs import CorruptFileError, check_safetensors
 from rtpo.envs.base import Task
 from rtpo.instrument import JsonlWriter, run_summary
 from rtpo.rollout import Roller
 from rtpo.signals import Stopped, StopOnSigterm
-
-ENV_OPTION_KEYS = ("max_turns", "max_obs_chars", "top_k")
 
 
 def load_tasks(path: str | Path) -> list[Task]:
@@ -65,9 +63,10 @@ def load_tasks(path: str | Path) -> list[Task]:
 
 
 def env_factory(env_cfg: dict[str, Any]):
+    """Task -> env, built with the env options of an env.<task> section (rtpo.config.env_options)."""
     from rtpo.envs import make_env
 
-    opts = {k: v for k, v in env_cfg.items() if k in ENV_OPTION_KEYS}
+    opts = env_options(env_cfg)
     return lambda task: make_env(task, **opts)
 
 

@@ -18,8 +18,8 @@ from rtpo.engine.local import LocalEngine, build_tiny_qwen3
 from rtpo.envs.base import StepResult, Task
 from rtpo.methods.advantages import tree_grpo_advantages
 from rtpo.methods.arpo import ARPO, branch_probability, should_branch
-from rtpo.methods.base import Vanilla
-from rtpo.methods.grpo import GRPO, flatten_row
+from rtpo.methods.base import Vanilla, flatten_row
+from rtpo.methods.grpo import GRPO
 from rtpo.methods.registry import METHODS, get_method
 from rtpo.methods.rtpo import RTPO
 from rtpo.methods.seeupo import SeeUPO

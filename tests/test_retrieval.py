@@ -2,7 +2,7 @@
 protocol) and its HTTP client, the persistent cache, and failures during a rollout.
 
 The slow tests share one synthetic corpus of 100,000 passages, indexed once per module both in
-process (rtpo.tools.search_tool.BM25Index) and on disk (rtpo.retrieval.index), and one server process.
+process (rtpo.retrieval.bm25.BM25Index) and on disk (rtpo.retrieval.index), and one server process.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import pytest
 from rtpo.engine.base import Completion, SamplingParams
 from rtpo.envs import make_env
 from rtpo.envs.base import Task
+from rtpo.retrieval.bm25 import BM25Index, tokenize
 from rtpo.retrieval.client import CachedRetriever, HttpRetriever, health
 from rtpo.retrieval.core import ResultCache, RetrievalError, bm25_scores, top_k_order
 from rtpo.retrieval.index import DiskBM25Index, build_index
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.rollout import Roller, Start
-from rtpo.tools.search_tool import BM25Index, _tokenize, retriever_for
+from rtpo.tools.search_tool import retriever_for
 from tests.helpers import tiny
 
 N_PASSAGES = 100_000
@@ -176,7 +177,7 @@ def test_server_returns_the_in_process_ranking(big):
     assert len(disk) == N_PASSAGES
     bm = big["memory"]._bm25
     for q in big["queries"][:40]:  # our scoring loop is bm25s's get_scores, bit for bit
-        toks = _tokenize([q])[0]
+        toks = tokenize([q])[0]
         if toks:
             assert np.array_equal(bm25_scores(bm, bm.get_tokens_ids(toks)), bm.get_scores(toks)), q
     client = HttpRetriever(big["url"])

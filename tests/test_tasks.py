@@ -17,9 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from rtpo.data import KINDS, corpus_for, generate_tasks, get_expert, read_tasks, split_of, write_task_files
-from rtpo.data.search_tasks import PATHS, build_kb
+from rtpo.data.search_tasks import PATHS
 from rtpo.envs import make_env
 from rtpo.envs.math_env import answer_correct
+from rtpo.envs.search_kb import build_kb
 
 # the real Python sandbox runs subprocesses: a hang there must fail the test, not stall the suite
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,8 @@ import pytest
 
 from rtpo.tools.airline_db import AirlineDB, check_db
 from rtpo.tools.parse import ToolCall, ToolError, ToolSpec, format_tool_call, parse_tool_call
-from rtpo.tools.search_tool import BM25Index, format_hits, get_index, load_corpus
+from rtpo.retrieval.bm25 import BM25Index, get_index, load_corpus
+from rtpo.tools.search_tool import format_hits
 
 SPECS = {"search": ToolSpec("search", "find", {"query": "string"}),
          "add": ToolSpec("add", "add", {"a": "integer", "b": "integer"})}

@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rtpo.envs import make_env
 from rtpo.envs.base import Message, Task
+from rtpo.envs.search_kb import build_corpus
 
 __all__ = ["KINDS", "TIERS", "generate_tasks", "get_expert", "corpus_for", "write_task_files",
            "split_of", "read_tasks"]
@@ -83,7 +85,7 @@ def corpus_for(kind: str, seed: int) -> list[dict]:
     """The passages the search env indexes for embedded tasks of `seed` ([{"id","title","text"}])."""
     if kind != "search":
         raise ValueError(f"corpus_for: only 'search' tasks have a corpus, not {kind!r}")
-    return _module("search").build_corpus(seed)
+    return build_corpus(seed)
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -115,8 +117,6 @@ def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Pa
     env (dict of env options for make_env, e.g. {"max_turns": 6}). Unknown keys raise.
     experts.jsonl rows: {"task_id", "messages", "reward"}. Returns {file stem: path}.
     """
-    from rtpo.envs import make_env
-
     cfg = dict(cfg or {})
     known = {"seed", "n_train", "n_eval", "n_expert", "imperfection", "expert_seed", "env"}
     unknown = sorted(set(cfg) - known)

@@ -37,8 +37,8 @@ from typing import Any
 
 from rtpo.envs.base import Task
 
-__all__ = ["AdapterError", "SkipRow", "BenchmarkSpec", "BENCHMARKS", "TRAINING_SETS", "ALIASES", "TIERS", "load_benchmark",
-           "read_records"]
+__all__ = ["AdapterError", "SkipRow", "BenchmarkSpec", "BENCHMARKS", "TRAINING_SETS", "ALIASES", "TIERS", "canonical_name",
+           "load_benchmark", "read_records"]
 
 # Our mapping of the benchmarks to the paper's easy / medium / hard tiers (Table 1 names tiers but
 # no assignment is given in the text we have). Math: grade-school and MATH-level problems are easy,
@@ -536,7 +536,8 @@ ALIASES: dict[str, str] = {
 }
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """The BENCHMARKS / TRAINING_SETS key of a benchmark name or alias ("2wiki" -> "2wikimultihopqa")."""
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in BENCHMARKS and key not in TRAINING_SETS:
@@ -564,7 +565,7 @@ def load_benchmark(name: str, path: str | Path, split: str = "test", limit: int 
     Raises AdapterError naming file, row and field for a missing column, an empty or mistyped
     value, a malformed row, a duplicate id; also for an unknown benchmark or unreadable file.
     """
-    key = _canonical(name)
+    key = canonical_name(name)
     spec = BENCHMARKS.get(key) or TRAINING_SETS[key]
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")

@@ -17,7 +17,7 @@ import random
 import re
 from datetime import date, timedelta
 
-from rtpo.envs import ToolEnv
+from rtpo.envs.tool_env import ToolEnv
 from rtpo.envs.base import Message, Task
 from rtpo.tools.parse import format_tool_call
 

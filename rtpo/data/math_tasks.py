@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from rtpo.envs import ToolEnv
+from rtpo.envs.tool_env import ToolEnv
 from rtpo.envs.base import Message, Task
 from rtpo.tools.parse import format_tool_call
 

@@ -48,7 +48,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from rtpo.data.adapters import _canonical, load_benchmark
+from rtpo.data.adapters import canonical_name, load_benchmark
 from rtpo.envs.base import Task
 
 __all__ = ["prepare", "fetch", "normalize_question", "Decontaminator", "decontaminate", "write_report",
@@ -289,7 +289,7 @@ def prepare(task: str, dcfg: dict[str, Any], out: str | Path, data: dict[str, An
         retriever = {"kind": "bm25", "corpus": str(Path(corpus["path"] if isinstance(corpus, dict) else corpus).resolve())}
     base_meta = {"retriever": retriever} if retriever else None
     web = dcfg.get("web")
-    web_benches = {_canonical(b) for b in (web or {}).get("benchmarks", [])}
+    web_benches = {canonical_name(b) for b in (web or {}).get("benchmarks", [])}
     web_ok, web_why = (False, "")
     if web:
         from rtpo.retrieval.web import web_available
@@ -298,7 +298,7 @@ def prepare(task: str, dcfg: dict[str, Any], out: str | Path, data: dict[str, An
     evals: list[Task] = []
     not_run: dict[str, str] = {}
     for name, entry in dcfg["benchmarks"].items():
-        bench = _canonical(entry.get("benchmark", name))
+        bench = canonical_name(entry.get("benchmark", name))
         path = get(name, entry)
         meta = base_meta
         if bench in web_benches:
@@ -318,7 +318,7 @@ def prepare(task: str, dcfg: dict[str, Any], out: str | Path, data: dict[str, An
         if not isinstance(tcfg, dict) or "benchmarks" not in tcfg:
             continue
         for name, entry in tcfg["benchmarks"].items():
-            bench = _canonical(entry.get("benchmark", name))
+            bench = canonical_name(entry.get("benchmark", name))
             path = fetch(name, entry, raw, sources)[0]
             eval_questions[bench] = [x.question for x in load_benchmark(entry.get("benchmark", name), path)]
 

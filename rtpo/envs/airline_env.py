@@ -12,7 +12,7 @@ Task.meta: {"db": <initial DB, schema in rtpo.tools.airline_db>,
 
 from __future__ import annotations
 
-from rtpo.envs import ToolEnv
+from rtpo.envs.tool_env import ToolEnv
 from rtpo.envs.base import Task
 from rtpo.tools.airline_db import AIRLINE_SPECS, AirlineDB
 from rtpo.tools.parse import ToolCall, strip_think

@@ -14,7 +14,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from rtpo.envs import ToolEnv
+from rtpo.envs.tool_env import ToolEnv
 from rtpo.eval.metrics import extract_boxed, math_equal
 from rtpo.tools.parse import ToolCall, ToolSpec, strip_think
 

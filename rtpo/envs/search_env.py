@@ -5,8 +5,8 @@ Reward: token F1 of the answer against the gold answers (SQuAD normalisation, ma
 Metrics: {"em", "f1", "hit"}; "hit" is the paper's output-hit over all assistant turns (§F.3).
 
 Corpus: `corpus=` given to the constructor, else from the task's meta: "corpus_path" (a
-corpus.jsonl) or "corpus_seed" (the embedded KB, `rtpo.data.corpus_for("search", seed)`). The
-BM25 index is shared between envs through `rtpo.tools.search_tool.get_index`. Paper scale: a task's
+corpus.jsonl) or "corpus_seed" (the embedded KB, `rtpo.envs.search_kb.build_corpus(seed)`). The
+BM25 index is shared between envs through `rtpo.retrieval.bm25.get_index`. Paper scale: a task's
 meta "retriever" (a backend spec, `rtpo.tools.search_tool.make_retriever`) takes precedence; a search
 that backend cannot answer is an ``Error: ...`` observation and a tool error.
 """
@@ -17,12 +17,14 @@ import os
 import re
 from collections.abc import Sequence
 
-from rtpo.envs import ToolEnv
 from rtpo.envs.base import Task
+from rtpo.envs.search_kb import build_corpus
+from rtpo.envs.tool_env import ToolEnv
 from rtpo.eval.metrics import qa_scores
-from rtpo.tools.parse import ToolCall, strip_think
+from rtpo.retrieval.bm25 import BM25Index, get_index, load_corpus
 from rtpo.retrieval.core import RetrievalError
-from rtpo.tools.search_tool import SEARCH_SPEC, BM25Index, format_hits, get_index, load_corpus, retriever_for
+from rtpo.tools.parse import ToolCall, strip_think
+from rtpo.tools.search_tool import SEARCH_SPEC, format_hits, retriever_for
 
 __all__ = ["SearchEnv", "extract_answer", "index_for_task"]
 
@@ -46,9 +48,8 @@ def index_for_task(task: Task) -> BM25Index:
             raise FileNotFoundError(f"task {task.id}: meta.corpus_path {path} does not exist")
         return get_index(("file", path, os.path.getmtime(path)), lambda: load_corpus(path))
     if "corpus_seed" in meta:
-        from rtpo.data import corpus_for
         seed = int(meta["corpus_seed"])
-        return get_index(("embedded-search", seed), lambda: corpus_for("search", seed))
+        return get_index(("embedded-search", seed), lambda: build_corpus(seed))
     raise ValueError(f"task {task.id}: meta needs 'corpus_path' or 'corpus_seed' to find its corpus "
                      f"(got keys {sorted(meta)})")
 

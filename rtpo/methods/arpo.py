@@ -46,8 +46,7 @@ import torch
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import grpo_outcome_advantages
-from rtpo.methods.base import Method
-from rtpo.methods.grpo import cfg_float, cfg_int, flatten_row
+from rtpo.methods.base import Method, cfg_float, cfg_int, flatten_row
 from rtpo.rollout import Roller, Start, Trajectory, Turn
 
 SHARED_PREFIX_MODES = ("every_row", "once")

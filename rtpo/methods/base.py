@@ -1,4 +1,5 @@
-"""What every method shares: the engine, a Roller, the update settings, and the step contract.
+"""What every method shares: the engine, a Roller, the update settings, and the step contract;
+the option readers of the method sections, and verl's flattened multi-turn row (GRPO, Tree-GRPO, ARPO).
 
 A method's `step(tasks, step)` rolls out, computes advantages, builds `Row`s, calls
 `engine.update`, and returns the step's record (rtpo.instrument schema). It never touches the model.
@@ -8,10 +9,73 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtpo.engine.base import PolicyEngine, UpdateConfig
+from rtpo.engine.base import PolicyEngine, Row, UpdateConfig
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.rollout import Roller, Start, Trajectory
+
+
+def cfg_int(cfg: dict[str, Any], key: str, default: int, method: str, minimum: int = 1) -> int:
+    """Read a positive integer option, with an error naming the method and the key."""
+    v = cfg.get(key, default)
+    try:
+        n = int(v)
+        whole = not isinstance(v, bool) and float(v) == n
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
+        raise ValueError(f"{method}.{key} must be an integer, got {v!r}")
+    if n < minimum:
+        raise ValueError(f"{method}.{key} must be >= {minimum}, got {v!r}")
+    return n
+
+
+def cfg_float(cfg: dict[str, Any], key: str, default: float, method: str) -> float:
+    v = cfg.get(key, default)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{method}.{key} must be a number, got {v!r}") from None
+
+
+def flatten_row(traj: Trajectory, advantage: float, max_context: int, train_copied_prefix: bool = True,
+                group: str = "") -> Row:
+    """One verl-style training row for a whole trajectory.
+
+    prompt = full_ids[:prompt_len]; response = full_ids[prompt_len:] (T tokens);
+    mask[t] = 1 where t lies in an action span, else 0; old_logprobs = the rollout logprobs on
+    action tokens, 0 elsewhere; advantages = `advantage` on all T tokens (masked ones are ignored).
+
+    train_copied_prefix: for a trajectory branched from another one (traj.start_k > 0), whether its
+    copied turns [:start_k] are trained in this row too. Tree-GRPO's and ARPO's public code do
+    (each leaf's row holds the whole root-to-leaf path, so a shared prefix receives the advantages
+    of every leaf below it); False masks them here, leaving them to the trajectory they came from.
+
+    The response is cut so that prompt + response fits the engine's context (`max_context`), as
+    verl cuts responses at max_response_length; this only bites when psi != full let the rollout
+    contexts stay shorter than the concatenated history.
+    """
+    if "prompt_len" not in traj.info:
+        raise ValueError(f"trajectory of task {traj.task.id} has no info['prompt_len']; was it built by rtpo.rollout.Roller?")
+    p = int(traj.info["prompt_len"])
+    full = traj.full_ids
+    response = list(full[p:])
+    mask = [0] * len(response)
+    old = [0.0] * len(response)
+    first = 0 if train_copied_prefix else traj.start_k
+    if len(traj.action_spans) != len(traj.turns):
+        raise ValueError(f"trajectory of task {traj.task.id}: {len(traj.action_spans)} action spans for {len(traj.turns)} turns")
+    for k in range(first, len(traj.turns)):
+        (s, e), turn = traj.action_spans[k], traj.turns[k]
+        if e - s != len(turn.action_ids) or s < p:
+            raise ValueError(f"trajectory of task {traj.task.id}: action span {k} = [{s}, {e}) does not match "
+                             f"its {len(turn.action_ids)} action tokens after the {p}-token prompt")
+        for t in range(s, e):
+            mask[t - p] = 1
+            old[t - p] = float(turn.logprobs[t - s])
+    keep = max(0, max_context - p)  # the engine accepts prompt + response[:-1] < max_context
+    response, mask, old = response[:keep], mask[:keep], old[:keep]
+    return Row(list(full[:p]), response, old, [float(advantage)] * len(response), mask, group=group)
 
 
 class Method:

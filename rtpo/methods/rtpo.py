@@ -54,7 +54,7 @@ class RTPO(Method):
         self.norm_std = bool(c.get("adv_norm_std", False))
         self.loo = bool(c.get("leave_one_out", False))
         self.stage_counter = 0
-        _parse_sync(self.sync_mode)  # fail early on a bad mode
+        parse_sync(self.sync_mode)  # fail early on a bad mode
 
     def state(self) -> dict[str, Any]:
         return {"stage_counter": self.stage_counter}
@@ -65,7 +65,7 @@ class RTPO(Method):
     # -------------------------------------------------------------- sync policy
     def maybe_sync(self, log: StepLog, probe: list[tuple[list[int], list[int], list[float]]]) -> None:
         """Sync before a stage according to the mode. probe: (c_k, action ids, rollout logprobs) of the stage's trunk actions."""
-        mode, arg = _parse_sync(self.sync_mode)
+        mode, arg = parse_sync(self.sync_mode)
         self.stage_counter += 1
         if mode == "per_stage":
             self.sync(log)
@@ -166,7 +166,8 @@ class RTPO(Method):
         return [min(math.exp(min(lw, 50.0)), self.is_clamp) for lw in logw]
 
 
-def _parse_sync(mode: str) -> tuple[str, str | None]:
+def parse_sync(mode: str) -> tuple[str, str | None]:
+    """(name, argument) of an rtpo.sync mode: per_stage | interval:N | kl:tau; ValueError otherwise."""
     if mode == "per_stage":
         return mode, None
     name, _, arg = mode.partition(":")

@@ -45,8 +45,7 @@ from rtpo.engine.base import Row
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import seeupo_advantages, seeupo_ratio_update
-from rtpo.methods.base import Method
-from rtpo.methods.grpo import cfg_float, cfg_int
+from rtpo.methods.base import Method, cfg_float, cfg_int
 
 
 class SeeUPO(Method):

@@ -20,7 +20,7 @@ One training step on a batch of prompts:
   A = A_inter + A_intra with A_inter = GRPO over the prompt's leaves, A_intra = GRPO over the tree's
       leaves, each (r - mean) / (std + 1e-6)  (adv_estimator=tree: compute_grpo_outcome_advantage
       called with index=uid and with index=tree_uid, summed); one scalar per trajectory
-  flattened rows as GRPO (rtpo.methods.grpo.flatten_row).
+  flattened rows as GRPO (rtpo.methods.base.flatten_row).
 
 Shared prefixes. In the public code every leaf's row is the whole root-to-leaf response (the node
 stores the cumulative response), so a prefix shared by several leaves is trained in each of their
@@ -42,8 +42,7 @@ import torch
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import tree_grpo_advantages
-from rtpo.methods.base import Method
-from rtpo.methods.grpo import cfg_int, flatten_row
+from rtpo.methods.base import Method, cfg_int, flatten_row
 from rtpo.rollout import Start, Trajectory
 
 SHARED_PREFIX_MODES = ("every_leaf", "once")

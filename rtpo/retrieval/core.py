@@ -1,7 +1,7 @@
 """What every retrieval backend shares: passages, the ranking rule, errors and the result cache.
 
 Passages are ``{"id": str, "title": str, "text": str}`` (+ "score" in results), as in
-rtpo.tools.search_tool. The wiki-18 corpus of Search-R1 (`PeterJinGo/wiki-18-corpus`) stores rows
+rtpo.retrieval.bm25. The wiki-18 corpus of Search-R1 (`PeterJinGo/wiki-18-corpus`) stores rows
 ``{"id", "contents": "\\"Title\\"\\ntext"}``; `passage_from_row` reads both shapes and
 `contents_of` writes the Search-R1 one back for the wire protocol.
 """

@@ -1,6 +1,6 @@
 """A saved BM25 index over a corpus.jsonl, loaded memory-mapped (paper scale: wiki-18, 21M passages).
 
-Built with bm25s exactly as the in-process `rtpo.tools.search_tool.BM25Index` (Lucene BM25, k1=1.5,
+Built with bm25s exactly as the in-process `rtpo.retrieval.bm25.BM25Index` (Lucene BM25, k1=1.5,
 b=0.75, English stopwords, no stemming, each passage indexed as ``title + " " + text``), so a
 query ranks the same passages in the same order with the same scores in both, ties broken by
 passage id (`rtpo.retrieval.core.top_k_order`).
@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rtpo.retrieval.bm25 import tokenize  # the in-process index's tokenizer: one definition
 from rtpo.retrieval.core import bm25_scores, passage_from_row, top_k_order
 
 __all__ = ["build_index", "DiskBM25Index", "Progress", "read_passages"]
@@ -66,11 +67,6 @@ class Progress:
             self._bar.close()
 
 
-def _tokenize(texts: list[str]) -> list[list[str]]:
-    from rtpo.tools.search_tool import _tokenize as tok  # the in-process index's tokenizer: one definition
-    return tok(texts)
-
-
 def build_index(corpus: str | Path, out_dir: str | Path, k1: float = 1.5, b: float = 0.75,
                 chunk: int = 50_000, log: Callable[[str], None] | None = None,
                 progress: bool = True) -> dict[str, Any]:
@@ -92,7 +88,7 @@ def build_index(corpus: str | Path, out_dir: str | Path, k1: float = 1.5, b: flo
     batch: list[str] = []
 
     def flush() -> None:
-        for toks in _tokenize(batch):
+        for toks in tokenize(batch):
             # the same int object per token id: a document's list costs 8 bytes per token
             doc_ids.append([vocab.setdefault(t, len(vocab)) for t in toks])
         batch.clear()
@@ -202,7 +198,7 @@ class DiskBM25Index:
             pass
 
     def search(self, query: str, k: int = 3) -> list[dict]:
-        toks = _tokenize([query])[0]
+        toks = tokenize([query])[0]
         ids = self._bm25.get_tokens_ids(toks) if toks else []
         if not ids:
             return []

@@ -209,7 +209,7 @@ def load_backend(index: str | None = None, corpus: str | None = None, web: str |
         from rtpo.retrieval.index import DiskBM25Index
         return DiskBM25Index(index)
     if corpus is not None:
-        from rtpo.tools.search_tool import BM25Index, load_corpus
+        from rtpo.retrieval.bm25 import BM25Index, load_corpus
         idx = BM25Index(load_corpus(corpus))
         idx.name = f"bm25-memory:{Path(corpus).resolve()}"
         return idx

@@ -82,10 +82,10 @@ def needs_keep_weights(method: str, m: dict[str, Any]) -> bool:
     (validated here), which need rollout servers that keep their weights across sleep."""
     if method not in TURN_ROW_METHODS:
         return False
-    from rtpo.methods.rtpo import _parse_sync
+    from rtpo.methods.rtpo import parse_sync
 
     sync = str(m.get("sync", "per_stage"))
-    return _parse_sync(sync)[0] != "per_stage"
+    return parse_sync(sync)[0] != "per_stage"
 
 
 def keep_rollout(rollout: str, why: str) -> str:

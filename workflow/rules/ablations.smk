@@ -1,6 +1,6 @@
 """Ablations (config `ablations`) and the theory checks.
 
-Studies (common.smk: ablation_cells):
+Studies (rtpo.dag.ablation_cells):
   group_size         RTPO with G in values on ablations.group_size.task       paper G.2, Tables 10-11
   sync               RTPO weight sync per_stage | interval:N | kl:tau          paper G.6
   continuation       RTPO on- versus off-policy continuation                   paper F.3, Tables 3 and 6
@@ -9,7 +9,7 @@ Studies (common.smk: ablation_cells):
 Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
 .../<method>/eval_seed<seed>.json. A cell identical to a main run copies it (ablation_reuse_*);
 the others train and evaluate with `--set` overrides. The {run} / {evalrun} wildcards are the
-cell keys below results/ablations/, constrained to the exact lists computed in common.smk.
+cell keys below results/ablations/, constrained to the exact lists computed by rtpo.dag (common.smk).
 """
 
 

@@ -9,7 +9,6 @@ sources.json and not_run.json (deep-search benchmarks without a web-search key).
 """
 
 
-include: "paper_data.smk"
 include: "retrieval.smk"
 
 

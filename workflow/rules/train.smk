@@ -2,7 +2,7 @@
 
 Writes results/runs/<task>/<method>/seed<seed>/: metrics.jsonl, checkpoint/ (for resuming), final/
 (HF model directory) and summary.json (written last). Declared outputs are summary.json and final/;
-deleting either reruns that cell and what depends on it. TRAIN_SHELL (common.smk) holds the
+deleting either reruns that cell and what depends on it. TRAIN_SHELL (rtpo.dag) holds the
 checkpoint guard. `threads` is model.threads (1 on the CPU default: two jobs side by side).
 """
 

@@ -1,0 +1,459 @@
+"""The pipeline's DAG as plain Python: the grid, the ablation cells, the settings fingerprints, the
+target lists and the training shell, as functions of the validated config.
+
+workflow/rules/common.smk builds one `Dag(config)` (its PIPELINE) and the rules read it; tests/test_dag.py tests it
+without Snakemake. Nothing here knows Snakemake: errors are `rtpo.config.ConfigError`, which
+common.smk turns into a WorkflowError naming the config files.
+
+Fingerprints (the params rerun trigger): each job's `settings` param is the canonical JSON of exactly
+the config sections that job reads, so that Snakemake reruns only the jobs whose settings changed.
+What a job reads comes from the same functions the job itself calls (`rtpo.config.data_settings`,
+`rtpo.config.method_settings`), so a key the job starts to read is fingerprinted too.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rtpo.config import ConfigError, data_settings, method_settings, set_path
+
+# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO
+STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
+RTPO_STUDIES = ("group_size", "sync", "continuation")
+TASK_KINDS = ("math", "search", "airline")
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and small helpers
+# ---------------------------------------------------------------------------------------------
+def run_dir(task: str, method: str, seed: int) -> str:
+    return f"results/runs/{task}/{method}/seed{seed}"
+
+
+def eval_file(task: str, method: str, seed: int) -> str:
+    return f"results/eval/{task}/{method}/seed{seed}.json"
+
+
+def data_file(task: str, split: str) -> str:
+    return f"results/data/{task}/{split}.jsonl"
+
+
+def fingerprint(obj: Any) -> str:
+    """Canonical JSON: the same settings give the same string whatever the key order."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def stamp(settings_json: str) -> str:
+    """The checkpoint stamp of a training job (16 hex digits of the sha256 of its settings JSON)."""
+    return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
+
+
+def variant_name(value: Any) -> str:
+    """A path-safe variant name: 'interval:2' -> 'interval-2', 'kl:0.01' -> 'kl-0.01'."""
+    return str(value).replace(":", "-")
+
+
+def keys_regex(keys: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly these keys (never matching when empty)."""
+    return "|".join(re.escape(k) for k in sorted(keys)) or "(?!)"
+
+
+def set_args(sets: Iterable[str]) -> str:
+    """`--set key=value` arguments of a shell command, each quoted."""
+    return " ".join(f"--set {shlex.quote(s)}" for s in sets)
+
+
+def effective_config(cfg: Mapping[str, Any], sources: str) -> tuple[str, str]:
+    """The config exactly as Snakemake sees it (config files merged, --config applied, schema
+    defaults filled): (results/config/<name>-<sha256[:12]>.yaml, its text).
+
+    Every `rtpo` command reads this file, so jobs and DAG agree on the settings. The name is
+    content-addressed: another config, or an edited one, gets a new file and never changes the one
+    that running jobs read.
+    """
+    text = yaml.safe_dump(dict(cfg), sort_keys=True, default_flow_style=False)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = Path("results") / "config" / f"{cfg['name']}-{digest}.yaml"
+    return str(path), f"# written by workflow/rules/common.smk from: {sources}\n{text}"
+
+
+def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
+    """What the JSON schema cannot express: every listed method, task and ablation task has its
+    section. One message per missing key ("'env.math' is missing, but 'tasks' uses it")."""
+    errors = []
+
+    def need(section: str, key: str, used_by: str) -> None:
+        if key not in cfg.get(section, {}):
+            errors.append(f"'{section}.{key}' is missing, but {used_by} uses it")
+
+    for m in cfg["methods"]:
+        need("method", m, "'methods'")
+    for t in cfg["tasks"]:
+        need("env", t, "'tasks'")
+        need("data", t, "'tasks'")
+    abl = cfg["ablations"]
+    for study in STUDIES:
+        if study in abl:
+            need("env", abl[study]["task"], f"'ablations.{study}.task'")
+            need("data", abl[study]["task"], f"'ablations.{study}.task'")
+    for study in RTPO_STUDIES:
+        if study in abl:
+            need("method", "rtpo", f"'ablations.{study}'")
+    for m in abl.get("credit_assignment", {}).get("methods", []):
+        need("method", m, "'ablations.credit_assignment.methods'")
+    search = SearchData.of(cfg)
+    if search.index and not search.corpus:
+        errors.append("'data.search.retriever.index' needs 'data.search.corpus' (the corpus it is built from)")
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# The training shell (main and ablation runs)
+# ---------------------------------------------------------------------------------------------
+# The checkpoint guard -- a run directory's .rtpo-job file holds "<stamp> running|complete".
+# `rtpo train` resumes from checkpoint/ only when the previous attempt was this very job (same
+# stamp) and did not finish (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete). A rerun
+# because settings changed, an input was rebuilt, --forcerun or a deleted output starts from scratch.
+# On SIGTERM (Slurm's time limit or preemption; SIGINT: Ctrl-C) `rtpo train` finishes its step, saves
+# a checkpoint and exits 143 (rtpo/train.py). It runs in the background and is waited for, with the
+# signal passed on, because Slurm signals every process of the job and ends the job step when this
+# shell exits: a shell killed by the signal (bash runs no trap while a foreground command runs)
+# would take `rtpo train` with it before it saved. The text must stay byte for byte what it is (the
+# backslash-newline below joins the two lines in the string): Snakemake reruns a job whose shell
+# command changed (its "code" rerun trigger).
+TRAIN_SHELL = """
+out=$(dirname {output.summary})
+mkdir -p "$out"
+if [ "$(cat "$out/.rtpo-job" 2>/dev/null || true)" != "{params.stamp} running" ]; then
+    rm -rf "$out/checkpoint" "$out/metrics.jsonl"
+fi
+echo "{params.stamp} running" > "$out/.rtpo-job"
+rtpo train --config {params.config} --method {params.method} --task {params.task} --seed {params.seed} \
+    --model {input.model} --train-file {input.train} {params.sets} --out "$out" > {log} 2>&1 &
+pid=$!
+trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT
+rc=0; wait "$pid" || rc=$?
+while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
+[ "$rc" -eq 0 ] || exit "$rc"
+echo "{params.stamp} complete" > "$out/.rtpo-job"
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Ablation cells
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AblationCell:
+    """One ablation training run and its evaluation.
+
+    Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
+    results/ablations/<study>/<variant>/<task>/<method>/eval_seed<seed>.json. `sets` are the
+    `--set key=value` overrides that make the variant.
+    """
+
+    study: str
+    variant: str
+    task: str
+    method: str
+    seed: int
+    sets: tuple
+
+    @property
+    def key(self) -> str:  # the {run} wildcard: results/ablations/{run}/summary.json
+        return f"{self.study}/{self.variant}/{self.task}/{self.method}/seed{self.seed}"
+
+    @property
+    def eval_key(self) -> str:  # the {evalrun} wildcard: results/ablations/{evalrun}.json
+        return f"{self.study}/{self.variant}/{self.task}/{self.method}/eval_seed{self.seed}"
+
+    @property
+    def run_dir(self) -> str:
+        return f"results/ablations/{self.key}"
+
+    @property
+    def eval_file(self) -> str:
+        return f"results/ablations/{self.eval_key}.json"
+
+
+def ablation_cells(ablations: Mapping[str, Any]) -> list[AblationCell]:
+    """Every ablation cell of config `ablations`, in study order."""
+    cells = []
+    seeds = [int(s) for s in ablations["seeds"]]
+
+    def add(study, variant, task, methods, sets_of):
+        for m in methods:
+            for s in seeds:
+                cells.append(AblationCell(study, variant, task, m, s, tuple(sets_of(m))))
+
+    if "group_size" in ablations:
+        a = ablations["group_size"]
+        for g in a["values"]:
+            add("group_size", f"G{g}", a["task"], ["rtpo"], lambda m, g=g: [f"method.rtpo.group_size={g}"])
+    if "sync" in ablations:
+        a = ablations["sync"]
+        for v in a["values"]:
+            add("sync", variant_name(v), a["task"], ["rtpo"], lambda m, v=v: [f"method.rtpo.sync={v}"])
+    if "continuation" in ablations:
+        a = ablations["continuation"]
+        for v in a["values"]:
+            add("continuation", variant_name(v), a["task"], ["rtpo"], lambda m, v=v: [f"method.rtpo.continuation={v}"])
+    if "credit_assignment" in ablations:
+        a = ablations["credit_assignment"]
+        add("credit_assignment", f"psi-{variant_name(a['psi'])}", a["task"], a["methods"],
+            lambda m, psi=a["psi"]: [f"method.{m}.psi={psi}"])
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper-scale search data (rules/data.smk, rules/retrieval.smk)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SearchData:
+    """What `data.search` asks the retrieval rules for: a corpus to fetch ({path, url, sha256?}), an
+    index to build from it (a retriever of kind http / bm25_index / dense_index with an `index`), and
+    whether that index is the optional e5 + faiss one (rtpo/retrieval/dense.py)."""
+
+    corpus: dict | None
+    retriever: dict
+    index: str | None
+    dense: bool
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> "SearchData":
+        search = (cfg["data"].get("search") or {}) if "search" in cfg["data"] else {}
+        corpus = search.get("corpus") if isinstance(search.get("corpus"), dict) else None
+        retriever = search.get("retriever") or {}
+        index = retriever.get("index") if retriever.get("kind") in ("http", "bm25_index", "dense_index") else None
+        dense = retriever.get("kind") == "dense_index" or bool(retriever.get("dense"))
+        return cls(corpus, retriever, index, dense)
+
+    @property
+    def build_index_command(self) -> str:
+        if self.dense:
+            return f"python -m rtpo.retrieval.dense build --model {self.retriever.get('model', 'intfloat/e5-base-v2')}"
+        return "python -m rtpo.retrieval.index build"
+
+    def inputs(self, task: str) -> dict[str, str]:
+        """What prepare_data of `task` needs built first: {"index": dir} or {"corpus": file} or {}."""
+        if task != "search" or not self.corpus:
+            return {}
+        if self.index:
+            return {"index": self.index}
+        if self.retriever.get("kind", "bm25") == "bm25":
+            return {"corpus": self.corpus["path"]}
+        return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# The DAG of one config
+# ---------------------------------------------------------------------------------------------
+class Dag:
+    """The grid (tasks x methods x seeds), the ablation cells, the settings of every job and the
+    target lists of one validated config (schema defaults filled in)."""
+
+    def __init__(self, cfg: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.environ = os.environ if environ is None else environ  # the web-search key (prepare_settings)
+        self.tasks = list(cfg["tasks"])
+        self.methods = list(cfg["methods"])
+        self.seeds = [int(s) for s in cfg["seeds"]]
+        self.threads = int(cfg["model"]["threads"])  # threads of a training / evaluation job
+        self.base_threads = int(cfg["sft"].get("threads", self.threads))  # the base-model job (runs alone)
+        self.ablations = cfg["ablations"]
+        self.ablation_seeds = [int(s) for s in self.ablations["seeds"]]
+        # Every method with a config section gets a training rule train_<method> (`--forcerun train_rtpo`).
+        self.trainable = sorted(cfg["method"])
+        self.search = SearchData.of(cfg)
+        self.cells = ablation_cells(self.ablations)
+        self.cell_by_key = {c.key: c for c in self.cells}
+        self.cell_by_eval_key = {c.eval_key: c for c in self.cells}
+        main = set(self.all_main_cells())
+        self.reused = {c.key: self.reused_main_run(c, main) for c in self.cells}
+
+    # ------------------------------------------------------------------ the grid
+    def main_cells(self, tasks=None, methods=None, seeds=None) -> list[tuple[str, str, int]]:
+        """(task, method, seed) of the main grid: every method x task x seed."""
+        tasks = self.tasks if tasks is None else tasks
+        methods = self.methods if methods is None else methods
+        seeds = self.seeds if seeds is None else seeds
+        return [(t, m, s) for t in tasks for m in methods for s in seeds]
+
+    def airline_study_cells(self) -> list[tuple[str, str, int]]:
+        """The airline stateful study (paper G.1, Tables 7-9): every method on airline, ablation seeds.
+
+        These are main-grid cells (results/runs/airline/...), part of the `ablations` target; when the
+        ablation seeds are among `seeds` (all shipped configs) they add no job. Empty when airline is
+        not among `tasks`.
+        """
+        if "airline" not in self.tasks:
+            return []
+        return self.main_cells(tasks=["airline"], seeds=self.ablation_seeds)
+
+    def all_main_cells(self) -> list[tuple[str, str, int]]:
+        return sorted(set(self.main_cells()) | set(self.airline_study_cells()))
+
+    def all_tasks(self) -> list[str]:
+        """Every task some job needs data for."""
+        tasks = set(self.tasks)
+        for study in STUDIES:
+            if study in self.ablations:
+                tasks.add(self.ablations[study]["task"])
+        return sorted(tasks)
+
+    # ------------------------------------------------------------------ ablation cells
+    def reused_main_run(self, cell: AblationCell, main: set | None = None) -> tuple[str, str, int] | None:
+        """(task, method, seed) of the main run this ablation cell is identical to, or None.
+
+        A cell reuses a main run when `ablations.reuse_main_runs` is true (the default), the main grid
+        has that (task, method, seed), and the cell's overrides change none of its effective settings,
+        e.g. G3 when method.rtpo.group_size is 3. The cell's files are then copies of the main run's
+        (rules ablation_reuse_run / ablation_reuse_eval, with a reused_from.txt) instead of a retrain.
+        """
+        if not self.ablations.get("reuse_main_runs", True):
+            return None
+        run = (cell.task, cell.method, cell.seed)
+        if run not in (set(self.all_main_cells()) if main is None else main):
+            return None
+        if self.run_settings(cell.method, cell.task, cell.sets) != self.run_settings(cell.method, cell.task):
+            return None
+        return run
+
+    def trained_cells(self) -> list[AblationCell]:
+        return [c for c in self.cells if self.reused[c.key] is None]
+
+    def reused_cells(self) -> list[AblationCell]:
+        return [c for c in self.cells if self.reused[c.key] is not None]
+
+    def cell(self, run: str | None = None, evalrun: str | None = None) -> AblationCell:
+        """The cell of a {run} or an {evalrun} wildcard value."""
+        return self.cell_by_key[run] if run is not None else self.cell_by_eval_key[evalrun]
+
+    # ------------------------------------------------------------------ settings (fingerprints)
+    def run_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        """The effective settings of one training run (rtpo.config.method_settings after `sets`)."""
+        cfg = copy.deepcopy(dict(self.cfg))
+        for s in sets:
+            set_path(cfg, s, source="ablation override")
+        s = method_settings(cfg, method, task)
+        return {"engine": cfg["engine"], "verl": cfg.get("verl"), **s}
+
+    def data_settings(self, task: str) -> dict[str, Any]:
+        """What `rtpo data --task T` reads of the config (`rtpo.config.data_settings`, which it calls)."""
+        return data_settings(self.cfg, task)
+
+    def prepare_settings(self, task: str) -> dict[str, Any]:
+        """data_settings plus, at paper scale only (so CPU outputs keep their params), what else the
+        job reads: data.sources, every task's benchmarks (decontamination) and whether the web-search
+        key is set (its benchmarks are "not run" without it; setting it later reruns the search data)."""
+        s = self.data_settings(task)
+        d = self.cfg["data"]
+        if "benchmarks" in (d.get(task) or {}):
+            s["sources"] = d.get("sources")
+            s["decontaminate_against"] = {t: d[t].get("benchmarks") for t in self.tasks_with_benchmarks()}
+            web = d[task].get("web")
+            if web:
+                s["web_key_set"] = bool(self.environ.get(web.get("key_env", "SERPAPI_API_KEY")))
+        return s
+
+    def tasks_with_benchmarks(self) -> list[str]:
+        d = self.cfg["data"]
+        return sorted(t for t in TASK_KINDS if isinstance(d.get(t), dict) and "benchmarks" in d[t])
+
+    def needs_tokenizer(self) -> bool:
+        return self.cfg["model"]["source"] == "tiny"
+
+    def needs_sft(self) -> bool:
+        return self.cfg["sft"]["epochs"] > 0 and self.cfg["sft"]["demos_per_task"] > 0
+
+    def tokenizer_settings(self) -> dict[str, Any]:
+        return {"tasks": self.tasks, "vocab_size": self.cfg["model"]["vocab_size"],
+                "data": [self.data_settings(t) for t in self.tasks]}
+
+    def base_model_settings(self) -> dict[str, Any]:
+        """What `rtpo base-model` reads (rtpo.sft.build_base_model); threads only change speed."""
+        model = {k: v for k, v in self.cfg["model"].items() if k != "threads"}
+        sft = {k: v for k, v in self.cfg["sft"].items() if k != "threads"}
+        psis = sorted({self.cfg["env"][t]["psi"] for t in self.tasks} | {"full"})
+        out = {"model": model, "sft": sft, "tasks": self.tasks, "psis": psis}
+        if self.needs_sft():
+            out["data"] = [self.data_settings(t) for t in self.tasks]
+        return out
+
+    def train_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        """A training job's settings plus those of everything upstream (data, base model): the input of
+        its checkpoint stamp, which so changes whenever its inputs are rebuilt from other settings.
+        (The job's `settings` param is run_settings alone, which keeps the rerun reasons readable.)"""
+        return {"run": self.run_settings(method, task, sets), "data": self.data_settings(task),
+                "base": self.base_model_settings()}
+
+    def eval_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        s = self.run_settings(method, task, sets)
+        return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
+
+    def train_stamp(self, method: str, task: str, sets: Iterable[str] = ()) -> str:
+        return stamp(fingerprint(self.train_settings(method, task, sets)))
+
+    def gpu_rules(self) -> list[str]:
+        """The rules that must request a GPU under a Slurm profile with the verl engine: training of
+        every method that trains (steps > 0), evaluation, and the ablation rules when ablations run."""
+        m, steps = self.cfg["method"], self.cfg["train"]["steps"]
+        rules = [f"train_{name}" for name in sorted(m) if int((m[name] or {}).get("steps", steps)) > 0]
+        rules += ["evaluate_run"]
+        if any(s in self.ablations for s in STUDIES):
+            rules += ["ablation_train", "ablation_evaluate"]
+        return rules
+
+    # ------------------------------------------------------------------ target lists
+    def data_targets(self) -> list[str]:
+        return [data_file(t, split) for t in self.all_tasks() for split in ("train", "eval", "experts")]
+
+    def train_targets(self, cells=None, with_final: bool = False) -> list[str]:
+        """summary.json of each main run (and its final/ model directory with `with_final`)."""
+        cells = self.all_main_cells() if cells is None else cells
+        files = [f"{run_dir(t, m, s)}/summary.json" for t, m, s in cells]
+        if with_final:
+            files += [f"{run_dir(t, m, s)}/final" for t, m, s in cells]
+        return files
+
+    def eval_targets(self, cells=None) -> list[str]:
+        cells = self.all_main_cells() if cells is None else cells
+        return [eval_file(t, m, s) for t, m, s in cells]
+
+    def ablation_targets(self, with_final: bool = False) -> list[str]:
+        files = [f"{c.run_dir}/summary.json" for c in self.cells]
+        if with_final:
+            files += [f"{c.run_dir}/final" for c in self.trained_cells()]
+        files += [c.eval_file for c in self.cells]
+        airline = self.airline_study_cells()
+        files += self.train_targets(airline, with_final) + self.eval_targets(airline)
+        files.append("results/theory")
+        return sorted(set(files))
+
+    def all_results(self) -> list[str]:
+        """Everything the report rules read."""
+        return sorted(set(self.train_targets() + self.eval_targets() + self.ablation_targets()))
+
+    def every_run_output(self) -> list[str]:
+        """Every declared output of the training, evaluation and ablation jobs: the input of the
+        aggregate rules `all`, `train`, `ablations`. Snakemake (>= 8) reruns a job whose output was
+        deleted only when a job that needs the file runs or the file is a target; listing them in
+        the default target makes deleting one seed's summary.json or final/ rerun that cell (and what
+        depends on it). Data and base model stay intermediate: deleting them reruns nothing."""
+        return sorted(set(self.train_targets(with_final=True) + self.eval_targets()
+                          + self.ablation_targets(with_final=True)))
+
+
+__all__ = ["Dag", "AblationCell", "SearchData", "ablation_cells", "cross_reference_errors", "effective_config",
+           "fingerprint", "stamp", "variant_name", "keys_regex", "set_args", "run_dir", "eval_file", "data_file",
+           "TRAIN_SHELL", "STUDIES", "RTPO_STUDIES", "ConfigError"]

@@ -1,0 +1,196 @@
+"""rtpo.dag, the workflow's Python without Snakemake (issue 19): the grid, the ablation cells, which
+cells reuse a main run, the settings fingerprints and their single source with the jobs.
+
+The configs are validated and their schema defaults filled as Snakemake does (`snakemake.utils.validate`).
+The workflow itself (rules, dry runs, the smoke DAG end to end) is tests/test_workflow.py's.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from rtpo import dag
+from rtpo.config import SCHEMA, data_settings, set_path, task_file_options
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def config(name: str) -> dict:
+    cfg = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
+    validate(cfg, schema=str(SCHEMA))  # fills the schema's defaults, as common.smk does
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def cpu() -> dict:
+    return config("config")
+
+
+def test_fingerprint_is_canonical_and_stamps_are_short():
+    a = dag.fingerprint({"b": [1, {"y": 2, "x": 1}], "a": 0.5})
+    assert a == dag.fingerprint({"a": 0.5, "b": [1, {"x": 1, "y": 2}]}) == '{"a":0.5,"b":[1,{"x":1,"y":2}]}'
+    assert len(dag.stamp(a)) == 16 and dag.stamp(a) != dag.stamp(a.replace("0.5", "0.6"))
+
+
+def test_ablation_cells_of_the_cpu_default(cpu):
+    cells = dag.ablation_cells(cpu["ablations"])
+    a = cpu["ablations"]
+    want = (len(a["group_size"]["values"]) + len(a["sync"]["values"]) + len(a["continuation"]["values"])
+            + len(a["credit_assignment"]["methods"])) * len(a["seeds"])
+    assert len(cells) == want == len({c.key for c in cells}) == len({c.eval_key for c in cells})
+    by_key = {c.key: c for c in cells}
+    c = by_key["sync/interval-2/search/rtpo/seed0"]
+    assert c.sets == ("method.rtpo.sync=interval:2",) and c.run_dir == "results/ablations/" + c.key
+    assert c.eval_file == "results/ablations/sync/interval-2/search/rtpo/eval_seed0.json"
+    ca = by_key["credit_assignment/psi-full/math/seeupo/seed0"]
+    assert ca.sets == ("method.seeupo.psi=full",)
+    assert dag.variant_name("kl:0.01") == "kl-0.01"
+
+
+def test_cells_that_equal_a_main_run_reuse_it(cpu):
+    d = dag.Dag(cpu)
+    assert cpu["method"]["rtpo"]["group_size"] == 3 and cpu["method"]["rtpo"]["sync"] == "per_stage"
+    assert d.reused["group_size/G3/airline/rtpo/seed0"] == ("airline", "rtpo", 0)
+    assert d.reused["sync/per_stage/search/rtpo/seed0"] == ("search", "rtpo", 0)
+    assert d.reused["group_size/G2/airline/rtpo/seed0"] is None
+    assert d.reused["credit_assignment/psi-full/math/grpo/seed0"] is None  # grpo's psi is the env's (qwen3)
+    trained, reused = {c.key for c in d.trained_cells()}, {c.key for c in d.reused_cells()}
+    assert trained | reused == set(d.cell_by_key) and not trained & reused
+    cfg = copy.deepcopy(cpu)
+    cfg["ablations"]["reuse_main_runs"] = False
+    assert dag.Dag(cfg).reused_cells() == []
+
+
+def test_grid_and_targets(cpu):
+    d = dag.Dag(cpu)
+    n = len(cpu["tasks"]) * len(cpu["methods"]) * len(cpu["seeds"])
+    assert len(d.main_cells()) == n and set(d.airline_study_cells()) <= set(d.all_main_cells())
+    assert d.all_tasks() == sorted(cpu["tasks"])
+    assert "results/runs/math/rtpo/seed0/summary.json" in d.train_targets()
+    assert "results/runs/math/rtpo/seed0/final" in d.train_targets(with_final=True)
+    assert "results/eval/search/grpo/seed1.json" in d.eval_targets()
+    abl = d.ablation_targets(with_final=True)
+    assert "results/theory" in abl and "results/ablations/group_size/G2/airline/rtpo/seed0/final" in abl
+    assert "results/ablations/group_size/G3/airline/rtpo/seed0/final" not in abl  # reused: no model of its own
+    assert set(d.all_results()) <= set(d.every_run_output()) | {"results/theory"}
+    assert d.data_targets()[:3] == ["results/data/airline/train.jsonl", "results/data/airline/eval.jsonl",
+                                    "results/data/airline/experts.jsonl"]
+
+
+def test_run_settings_apply_the_cells_overrides(cpu):
+    d = dag.Dag(cpu)
+    s = d.run_settings("rtpo", "search", ("method.rtpo.sync=kl:0.01",))
+    assert s["method"]["sync"] == "kl:0.01" and s["engine"] == cpu["engine"]
+    assert d.run_settings("rtpo", "search")["method"]["sync"] == "per_stage"
+    assert d.run_settings("rtpo_ca", "math")["psi"] == "full"  # a method's psi overrides the env's
+    with pytest.raises(dag.ConfigError, match="override"):
+        d.run_settings("rtpo", "math", ("method.rtpo.sync.x=1",))  # sync is not a mapping
+
+
+def test_data_fingerprint_is_what_the_data_job_reads(cpu, tmp_path, monkeypatch):
+    """`rtpo data` builds its generator options from rtpo.config.data_settings, the function the DAG
+    fingerprints: an env option (max_turns) changes the data job's fingerprint, a key the data job
+    does not read (psi) does not, and the options are exactly task_file_options(fingerprinted dict)."""
+    import rtpo.data
+    from rtpo import cli
+
+    cfg = config("smoke")
+    d = dag.Dag(cfg)
+    base = dag.fingerprint(d.data_settings("math"))
+    for key, value, changes in (("max_turns", 2, True), ("psi", "truncate:1", False)):
+        c = copy.deepcopy(cfg)
+        c["env"]["math"][key] = value
+        assert (dag.fingerprint(dag.Dag(c).data_settings("math")) != base) is changes, key
+
+    seen = []
+    real = rtpo.data.write_task_files
+    monkeypatch.setattr(rtpo.data, "write_task_files", lambda kind, opts, out, progress=False:
+                        seen.append(opts) or real(kind, opts, out))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    assert cli.main(["data", "--config", str(tmp_path / "c.yaml"), "--task", "airline", "--out", str(tmp_path)]) == 0
+    assert seen == [task_file_options(data_settings(cfg, "airline"))]
+    assert seen[0]["env"] == {k: v for k, v in cfg["env"]["airline"].items() if k in ("max_turns", "max_obs_chars", "top_k")}
+    assert (tmp_path / "experts.jsonl").read_text().count("\n") == cfg["sft"]["demos_per_task"]
+
+
+def test_train_stamp_follows_upstream_settings(cpu):
+    d = dag.Dag(cpu)
+    stamp = d.train_stamp("grpo", "math")
+    assert stamp == d.train_stamp("grpo", "math")
+    for path, value in (("sft.imperfection", 0.5), ("method.grpo.chains", 4), ("env.math.max_turns", 2)):
+        c = copy.deepcopy(cpu)
+        set_path(c, f"{path}={value}")
+        assert dag.Dag(c).train_stamp("grpo", "math") != stamp, path
+    c = copy.deepcopy(cpu)
+    c["model"]["threads"] = 7  # speed only
+    assert dag.Dag(c).train_stamp("grpo", "math") == stamp
+
+
+def test_gpu_rules_and_cross_references(cpu):
+    d = dag.Dag(cpu)
+    rules = d.gpu_rules()
+    assert "train_vanilla" not in rules and "train_rtpo" in rules and "evaluate_run" in rules
+    assert "ablation_train" in rules
+    assert dag.cross_reference_errors(cpu) == []
+    c = copy.deepcopy(cpu)
+    del c["env"]["search"]
+    assert dag.cross_reference_errors(c)[0] == "'env.search' is missing, but 'tasks' uses it"
+    c = copy.deepcopy(cpu)
+    c["ablations"]["credit_assignment"]["methods"] = ["nope"]
+    assert "'method.nope' is missing, but 'ablations.credit_assignment.methods' uses it" in dag.cross_reference_errors(c)
+
+
+def test_paper_scale_search_data():
+    paper = config("paper")
+    s = dag.Dag(paper).search
+    assert s.corpus and s.index and s.inputs("search") == {"index": s.index} and s.inputs("math") == {}
+    assert s.build_index_command == "python -m rtpo.retrieval.index build"
+    dense = dag.SearchData.of({"data": {"search": {"corpus": {"path": "c.jsonl"},
+                                                   "retriever": {"kind": "dense_index", "index": "ix"}}}})
+    assert dense.build_index_command.startswith("python -m rtpo.retrieval.dense build --model ")
+    assert dag.SearchData.of({"data": {}}).inputs("search") == {}
+    bad = copy.deepcopy(paper)
+    del bad["data"]["search"]["corpus"]
+    assert any("needs 'data.search.corpus'" in e for e in dag.cross_reference_errors(bad))
+
+
+def test_prepare_settings_name_the_web_key_only_at_paper_scale():
+    paper = config("paper")
+    web = (paper["data"]["search"].get("web") or {}).get("key_env", "SERPAPI_API_KEY")
+    with_key = dag.Dag(paper, environ={web: "x"}).prepare_settings("search")
+    without = dag.Dag(paper, environ={}).prepare_settings("search")
+    assert with_key["web_key_set"] is True and without["web_key_set"] is False
+    assert set(with_key["decontaminate_against"]) == set(dag.Dag(paper).tasks_with_benchmarks()) >= {"math", "search"}
+    cpu = config("smoke")
+    assert dag.Dag(cpu, environ={web: "x"}).prepare_settings("search") == dag.Dag(cpu).data_settings("search")
+
+
+def test_effective_config_is_named_by_its_content(cpu):
+    path, text = dag.effective_config(cpu, "config/config.yaml")
+    assert path.startswith(f"results/config/{cpu['name']}-") and path.endswith(".yaml")
+    assert text.startswith("# written by workflow/rules/common.smk from: config/config.yaml\n")
+    assert yaml.safe_load(text) == json.loads(json.dumps(cpu))
+    c = copy.deepcopy(cpu)
+    c["train"]["lr"] = 0.123
+    assert dag.effective_config(c, "x")[0] != path
+
+
+def test_train_shell_names_the_params_the_rules_give():
+    fields = {"output.summary", "params.stamp", "params.config", "params.method", "params.task", "params.seed",
+              "input.model", "input.train", "params.sets", "log"}
+    import string
+
+    used = {f for _, f, _, _ in string.Formatter().parse(dag.TRAIN_SHELL) if f}
+    assert used == fields
+    shell = dag.TRAIN_SHELL.format(output=types.SimpleNamespace(summary="o/summary.json"),
+                                   params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seed=0,
+                                                                sets=dag.set_args(["a.b=1 2"])),
+                                   input=types.SimpleNamespace(model="M", train="T"), log="L")
+    assert "--seed 0     --model M --train-file T --set 'a.b=1 2' --out \"$out\" > L 2>&1 &" in shell
