@@ -103,8 +103,7 @@ class _Layer:
     o_b: torch.Tensor | None
     ln1: torch.Tensor
     ln2: torch.Tensor
-    q_norm: torch.Tensor | None    # Qwen3: RMSNorm over head_dim
-    k_norm: torch.Tensor | None
+    qk_norm: torch.Tensor | None   # Qwen3: RMSNorm over head_dim; (h_q + h_kv, D): q_norm rows, then k_norm rows
     gate_up_w: torch.Tensor        # (2 I, H) fused
     down_w: torch.Tensor
 
@@ -166,8 +165,8 @@ class Decoder:
                 qkv_b=torch.cat(bias, 0).detach() if bias[0] is not None else None,
                 o_w=a.o_proj.weight, o_b=a.o_proj.bias,
                 ln1=lyr.input_layernorm.weight, ln2=lyr.post_attention_layernorm.weight,
-                q_norm=a.q_norm.weight if hasattr(a, "q_norm") else None,
-                k_norm=a.k_norm.weight if hasattr(a, "k_norm") else None,
+                qk_norm=(torch.cat([a.q_norm.weight.expand(self.n_heads, -1), a.k_norm.weight.expand(self.n_kv, -1)])
+                         .detach() if hasattr(a, "q_norm") else None),
                 gate_up_w=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight], 0).detach(),
                 down_w=mlp.down_proj.weight,
             ))
@@ -228,13 +227,14 @@ class Decoder:
         for li, ly in enumerate(self.layers):
             h = self._rms(x, ly.ln1)
             qkv = F.linear(h, ly.qkv_w, ly.qkv_b)
-            q = qkv[..., :nq].view(B, M, self.n_heads, D)
-            k = qkv[..., nq:nq + nk].view(B, M, self.n_kv, D)
-            v = qkv[..., nq + nk:].view(B, M, self.n_kv, D)
-            if ly.q_norm is not None:
-                q, k = self._rms(q, ly.q_norm), self._rms(k, ly.k_norm)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)         # (B, h, M, D)
-            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            # q and k heads side by side: one norm (Qwen3's q_norm / k_norm, per-head weights) and
+            # one rotation for both
+            qk = qkv[..., :nq + nk].view(B, M, self.n_heads + self.n_kv, D)
+            if ly.qk_norm is not None:
+                qk = self._rms(qk, ly.qk_norm)
+            qk = self._rotate(qk.transpose(1, 2), cos, sin)                            # (B, h_q + h_kv, M, D)
+            q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
+            v = qkv[..., nq + nk:].view(B, M, self.n_kv, D).transpose(1, 2)
             K, V = cache.k[li], cache.v[li]
             K[write_b, :, write_p] = k[write_b, :, write_q]
             V[write_b, :, write_p] = v[write_b, :, write_q]
