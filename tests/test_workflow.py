@@ -110,16 +110,18 @@ def test_dry_run_of_every_config(wf, name):
 
 
 def test_cpu_default_reuses_identical_ablation_variants(wf):
-    """G3, sync per_stage and on-policy continuation equal the main RTPO runs of config.yaml: copied,
-    not retrained; everything else trains."""
+    """The main run's G, sync per_stage and on-policy continuation equal the main RTPO runs of
+    config.yaml: copied, not retrained; everything else trains."""
     r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
     seeds = load("config")["ablations"]["seeds"]
+    G = load("config")["method"]["rtpo"]["group_size"]
+    assert G in load("config")["ablations"]["group_size"]["values"] and 2 != G
     ablation_seeds = {int(m) for f in rules if f.startswith("results/ablations/") for m in re.findall(r"seed(\d+)", f)}
     assert ablation_seeds == set(seeds), ablation_seeds
     for s in seeds:
-        for key in (f"group_size/G3/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
+        for key in (f"group_size/G{G}/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
                     f"continuation/on_policy/search/rtpo/seed{s}"):
             assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
         for key in (f"group_size/G2/airline/rtpo/seed{s}", f"sync/kl-0.01/search/rtpo/seed{s}",
