@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
         raise FileNotFoundError(f"model directory not found: {path}")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a Hugging Face model directory (no config.json)")
+    if not sys.stderr.isatty():   # rule and Slurm logs: no carriage-return progress bar for the weights
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     return model, tok
