@@ -266,6 +266,126 @@ def test_windows_do_not_overlap():
 
 
 # ------------------------------------------------------------------------------------------------
+# the ledger's per-section builders and the paper's reference table (issue 19)
+# ------------------------------------------------------------------------------------------------
+
+def test_claims_take_their_paper_figure_and_source_from_paper_reference(tree):
+    from rtpo.report import ledger, tables
+    from rtpo.report.paper_reference import PAPER, PAPER_GAINS
+
+    work, cfg = tree
+    claims = ledger.build_claims(load_results(work / "results", cfg))
+    ids = [c.id for c in claims]
+    assert len(ids) == len(set(ids))
+    assert ids == [c.id for section in ledger.SECTIONS for c in section(load_results(work / "results", cfg))]
+    for c in claims:  # the very entry of the table, not a copy of its text
+        assert any(c.ref is f for f in PAPER.values()), c.id
+        assert (c.source, c.paper) == (c.ref.source, c.ref.text) and c.source.startswith("§"), c.id
+    # every entry is shown somewhere: by a claim of this tree (every task and study), the theorem rows, or
+    # (the fallback for a headline task other than math / search) none here
+    used = {k for k, f in PAPER.items() if any(c.ref is f for c in claims)} | {"theorems"}
+    assert set(PAPER) - used == {"ratio_grpo_other"}
+    assert PAPER_GAINS == {"vanilla": 66.78, "grpo": 21.50, "seeupo": 10.76}
+    for k, f in PAPER.items():
+        if not math.isnan(f.value):  # a number a table or a level claim uses is the one its text prints
+            assert f"{f.value:g}" in f.text, k
+    # ledger.py and tables.py hold no paper figure of their own (texts with a number of two digits or more)
+    code = Path(ledger.__file__).read_text() + Path(tables.__file__).read_text()
+    for k, f in PAPER.items():
+        if re.search(r"\d[.,]?\d", f.text):
+            assert f.text not in code, k
+    for number in ("66.78", "21.50", "10.76", "89.61", "9,650.5", "56.25"):
+        assert number not in code, number
+
+
+def _synthetic(cfg: dict, steps: list[dict] = (), evals: list[dict] = ()):
+    from rtpo.report.load import Results, ablation_studies
+
+    return Results(Path("."), cfg, pd.DataFrame(list(steps)), pd.DataFrame(list(evals)), None,
+                   ablation_studies(cfg))
+
+
+def _group_size_results(default_g: int, values=(2, 3, 4)):
+    cfg = {"tasks": ["airline"], "methods": ["rtpo"], "seeds": [0, 1], "method": {"rtpo": {"group_size": default_g}},
+           "ablations": {"seeds": [0, 1], "group_size": {"task": "airline", "values": list(values)}}}
+    zero = {2: 0.95, 3: 0.9, 4: 0.85}
+    steps = [{"scope": "group_size", "variant": f"G{g}", "task": "airline", "method": "rtpo", "seed": s, "step": i,
+              "zero_adv_frac": zero[g] + 0.01 * s, "time_total": 1.0 * g, "tokens_total": 100.0 * g}
+             for g in values for s in (0, 1) for i in range(5)]
+    evals = [{"scope": "group_size", "variant": f"G{g}", "task": "airline", "method": "rtpo", "benchmark": "overall",
+              "seed": s, "k": 4, "pass@1": 0.1 * g, "tokens_per_success": 1000.0 - 100 * g}
+             for g in values for s in (0, 1)]
+    return _synthetic(cfg, steps, evals)
+
+
+def test_group_size_builder_compares_the_default_g_with_the_next_larger():
+    from rtpo.report.ledger import group_size
+
+    claims = {c.id: c for c in group_size(_group_size_results(default_g=3))}
+    assert list(claims) == ["G.2-zero-adv", "G.2-pass1", "G.2-inference-tokens", "G.2-wallclock", "G.2-train-tokens",
+                            "G.9-zero-adv-level", "G.2-G2-degenerate"]
+    z = claims["G.2-zero-adv"]
+    assert z.quantity.startswith("G4 vs G3") and z.sign == -1
+    assert z.values == pytest.approx({0: 100 * (0.85 - 0.9), 1: 100 * (0.85 - 0.9)})
+    assert claims["G.2-pass1"].values == pytest.approx({0: 10.0, 1: 10.0})
+    assert claims["G.2-train-tokens"].values == pytest.approx({0: 100 * (4 / 3 - 1), 1: 100 * (4 / 3 - 1)})
+    # the level claim tests against the paper's level, 80 % (§G.9)
+    assert claims["G.9-zero-adv-level"].values == pytest.approx({0: 5.0, 1: 6.0})
+    assert claims["G.2-G2-degenerate"].values == pytest.approx({0: 5.0, 1: 5.0})
+    assert [c.id for c in claims.values() if c.timing] == ["G.2-wallclock"]
+    assert claims["G.2-wallclock"].evidence.startswith("timing_")
+    # default G = 2: G3 vs G2; a default without a larger variant: the two largest
+    assert group_size(_group_size_results(default_g=2))[0].quantity.startswith("G3 vs G2")
+    assert group_size(_group_size_results(default_g=4))[0].quantity.startswith("G4 vs G3")
+    # one group size: one inconclusive row that says why
+    (only,) = group_size(_group_size_results(default_g=3, values=(3,)))
+    assert only.id == "G.2-zero-adv" and only.values == {} and "fewer than two group sizes" in only.note
+
+
+def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
+    from rtpo.report.ledger import policy_drift
+
+    cfg = {"tasks": ["search"], "methods": ["rtpo"], "seeds": [0, 1],
+           "ablations": {"seeds": [0, 1], "continuation": {"task": "search", "values": ["on_policy", "off_policy"]}}}
+    hit = {("on_policy", "easy"): 0.5, ("off_policy", "easy"): 0.4, ("on_policy", "hard"): 0.6,
+           ("off_policy", "hard"): 0.3}
+    evals = [{"scope": "continuation", "variant": v, "task": "search", "method": "rtpo",
+              "benchmark": f"embedded-search-{tier}", "seed": s, "k": 4, "pass@1": 0.0, "hit": h + 0.01 * s}
+             for (v, tier), h in hit.items() for s in (0, 1)]
+    claims = {c.id: c for c in policy_drift(_synthetic(cfg, evals=evals))}
+    assert list(claims) == ["4.4-average", "4.4-hardest", "4.4-horizon-trend"]
+    assert "hit averaged over the search benchmarks" in claims["4.4-average"].quantity
+    assert claims["4.4-average"].values == pytest.approx({0: 20.0, 1: 20.0})     # (0.1 + 0.3) / 2
+    assert claims["4.4-hardest"].values == pytest.approx({0: 30.0, 1: 30.0})
+    assert claims["4.4-horizon-trend"].values == pytest.approx({0: 20.0, 1: 20.0})  # 0.3 - 0.1
+    assert claims["4.4-average"].source == "§4.4, Table 3"
+    # no continuation study: the claim stays, inconclusive, and says why
+    del cfg["ablations"]["continuation"]
+    (only,) = policy_drift(_synthetic(cfg, evals=evals))
+    assert only.id == "4.4-average" and only.values == {} and "absent from the config" in only.note
+
+
+def test_consistency_builder_tests_the_ratio_against_the_papers_level():
+    from rtpo.report.ledger import RATIO_MARGIN, consistency
+
+    cfg = {"tasks": ["math"], "methods": ["grpo", "rtpo"], "seeds": [0, 1]}
+    steps = [{"scope": "main", "variant": "", "task": "math", "method": m, "seed": s, "step": i,
+              "ratio_mean": (1.0 if m == "rtpo" else 0.9 + 0.01 * i), "kl_rollout_train": 0.0 if m == "rtpo" else 0.02}
+             for m in ("grpo", "rtpo") for s in (0, 1) for i in range(5)]
+    evals = [{"scope": "main", "variant": "", "task": "math", "method": m, "benchmark": "embedded-math-easy",
+              "seed": s, "k": 4, "pass@1": 0.5} for m in ("grpo", "rtpo") for s in (0, 1)]
+    claims = {c.id: c for c in consistency(_synthetic(cfg, steps, evals))}
+    assert list(claims) == ["4.2-ratio-rtpo-math", "4.2-ratio-grpo-math", "4.2-kl-grpo-math", "4.2-kl-seeupo-math",
+                            "F.2-seeupo-jitter"]
+    r = claims["4.2-ratio-rtpo-math"]
+    assert (r.rule, r.center, r.margin) == ("equivalence", 1.0, RATIO_MARGIN) and r.values == {0: 1.0, 1: 1.0}
+    assert claims["4.2-ratio-grpo-math"].values == pytest.approx({0: 0.08, 1: 0.08})   # 1 - mean(0.90..0.94)
+    assert claims["4.2-ratio-grpo-math"].paper == "GRPO 0.89 → 0.97 over 30 steps"
+    assert claims["4.2-kl-grpo-math"].values == pytest.approx({0: 0.02, 1: 0.02})
+    assert claims["4.2-kl-seeupo-math"].values == {}   # no SeeUPO runs: n = 0, inconclusive
+
+
+# ------------------------------------------------------------------------------------------------
 # issue 18: standard errors, paired comparisons, learning, budget, status, timings kept apart
 # ------------------------------------------------------------------------------------------------
 
@@ -408,6 +528,7 @@ def test_budget_table_counts_like_e3_and_flags_rtpo(tree):
 def test_budget_table_shows_per_task_settings(tmp_path):
     cfg = fixture_config(**{"train.steps": 3, "tasks": ["math", "airline"], "methods": ["vanilla", "grpo", "rtpo"],
                             "seeds": [0], "ablations": {"seeds": [0]}})
+    cfg["method"]["rtpo"].update(trunks=2, group_size=3)  # the default, whatever config.yaml ships
     cfg["method"]["rtpo"]["per_task"] = {"math": {"trunks": 1, "group_size": 4}}
     config = write_config(cfg, tmp_path / "config.yaml")
     make_results_tree(tmp_path, cfg, theory=False)

@@ -5,5 +5,6 @@ names (load.py), and writes
   tables.py   <tables>/<name>.{csv,md,tex}: CSV = tidy numbers with per-seed values; md/tex = mean ± std
   figures.py  <figures>/<name>.{png,pdf}
   ledger.py   <tables>/claims.{csv,md,tex}: paper's figure, ours with a 95 % CI over seeds, verdict
-stats.py holds the seed statistics and the verdict rules the ledger quotes.
+stats.py holds the seed statistics and the verdict rules the ledger quotes; paper_reference.py every
+figure of the paper the tables and the ledger show, with its section / table.
 """

@@ -1,9 +1,11 @@
 """The claim ledger: one row per claim of the paper, its figure, ours, and a verdict by a stated rule.
 
 Claims come from the digest's §4 (main results, consistency, credit assignment, drift), §F (F.1
-tool use, F.2 ratio dynamics), §G (G.1-G.7, G.9) and the theorem checks of `rtpo theory`. Each row:
+tool use, F.2 ratio dynamics), §G (G.1-G.7, G.9) and the theorem checks of `rtpo theory`; one small
+builder per section below (registry `SECTIONS`, in ledger order), each returning its claims. Each row:
 
-  paper (Qwen3-8B)  the paper's figure, for reference only (never used in a computation)
+  paper (Qwen3-8B)  the paper's figure and its source, from paper_reference.PAPER (for reference only:
+                    never used in a computation, except the two levels the paper claims, see there)
   quantity          what we measure: a per-seed effect (a paired difference, a percent change, a
                     change between early and late training, or a level), in `unit`
   ours              mean over seeds with its 95 % Student-t interval
@@ -24,38 +26,38 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.report.load import MAIN, Results, benchmark_label
+from rtpo.report.load import MAIN, Results, Study, benchmark_label
+from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
     INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, RULE_DIRECTION, RULE_EQUIVALENCE, RULE_THEORY,
     direction_verdict, equivalence_verdict, paired, paired_ratio, summarize,
 )
-from rtpo.report.tables import PAPER_COL, first_turn_share, headline_tasks, latex_escape, method_label, \
+from rtpo.report.tables import first_turn_share, headline_tasks, hit_metric, latex_escape, method_label, \
     to_markdown
 
 EARLY, LATE, FOURTH, FROM_40 = (0.0, 0.2), (0.8, 1.0), (0.6, 0.8), (0.4, 1.0)
 RATIO_MARGIN = 0.02  # equivalence margin of "the ratio stays at 1.0" (GRPO's recovered 0.97 is outside it)
-# the paper's hardest benchmark per task at paper scale (embedded scale: the "-hard" tier)
-HARDEST_PAPER = {"math": ("aime24", "aime25"), "search": ("gaia", "xbench", "hle"), "airline": ()}
+AIRLINE = "airline"
 
 PerSeed = dict[int, float]
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One ledger row before evaluation. `effect` returns {seed: value in `unit`}."""
+    """One ledger row before its verdict: `values` = {seed: our effect in `unit`}; the paper's figure and
+    the claim's source are `ref`'s (paper_reference.PAPER)."""
 
     id: str
-    source: str
+    ref: PaperFigure
     claim: str
-    paper: str
     quantity: str
     unit: str
-    effect: Callable[[], PerSeed]
+    values: PerSeed
     rule: str = "direction"          # direction | equivalence
     sign: int = 1                    # direction: the paper's sign of the effect
     center: float = math.nan         # equivalence
@@ -64,17 +66,40 @@ class Claim:
     note: str = ""
     timing: bool = False             # a wall-clock claim: written to timing_claims.* (machine-dependent)
 
+    @property
+    def source(self) -> str:
+        return self.ref.source
+
+    @property
+    def paper(self) -> str:
+        return self.ref.text
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers shared by the builders
+# ------------------------------------------------------------------------------------------------
 
 def _scale(d: PerSeed, k: float) -> PerSeed:
     return {s: v * k for s, v in d.items()}
 
 
+def _pp(a: PerSeed, b: PerSeed) -> PerSeed:
+    """100 (a − b) per seed: a paired difference of two fractions, in percentage points."""
+    return _scale(paired(a, b), 100)
+
+
+def _headline(res: Results) -> list[str]:
+    """Table 1's tasks (math + search) as far as the config runs them."""
+    return headline_tasks(res) or ["math", "search"]
+
+
 def hardest(res: Results, task: str, scope: str = MAIN, variant: str = "") -> str | None:
+    """The hardest benchmark run: the last "-hard" tier (embedded scale), else the paper's hardest."""
     benches = res.benchmarks(task, scope, variant)
     hard = [b for b in benches if b.endswith("-hard")]
     if hard:
         return hard[-1]
-    for b in HARDEST_PAPER.get(task, ()):
+    for b in HARDEST_BENCHMARKS.get(task, ()):
         if b in benches:
             return b
     return None
@@ -85,302 +110,200 @@ def easiest(res: Results, task: str, scope: str = MAIN, variant: str = "") -> st
     return easy[0] if easy else None
 
 
-def _expected(c: Claim) -> str:
-    if c.rule == "equivalence":
-        return f"= {c.center:g} ± {c.margin:g}"
-    return "> 0" if c.sign > 0 else "< 0"
+def _bench(b: str | None) -> str:
+    return benchmark_label(b) if b else "the hardest tier"
 
 
-def build_claims(res: Results) -> list[Claim]:
-    """Every claim the ledger checks, bound to the loaded results."""
-    C: list[Claim] = []
-    head = headline_tasks(res) or ["math", "search"]
-    head_s = "+".join(head)
-    ev, st_ = res.eval_by_seed, res.steps_by_seed
+# ------------------------------------------------------------------------------------------------
+# one builder per section of the paper
+# ------------------------------------------------------------------------------------------------
 
-    def macro(m: str) -> PerSeed:
-        return res.eval_macro_by_seed(head, m, "pass@1")
+def main_results(res: Results) -> list[Claim]:
+    """§4.1, Table 1: RTPO's overall accuracy (pass@1 averaged over the headline benchmarks) against
+    every baseline."""
+    head = _headline(res)
+    rtpo = res.eval_macro_by_seed(head, "rtpo", "pass@1")
+    out = []
+    for m, ref in (("vanilla", "gain_vs_vanilla"), ("grpo", "gain_vs_grpo"), ("seeupo", "gain_vs_seeupo"),
+                   ("tree_grpo", "beats_tree_grpo"), ("arpo", "beats_arpo")):
+        out.append(Claim(
+            f"4.1-{m}", PAPER[ref], f"RTPO achieves higher overall accuracy than {method_label(m)}",
+            f"RTPO − {method_label(m)}: pass@1 averaged over the {'+'.join(head)} benchmarks", "pp",
+            _pp(rtpo, res.eval_macro_by_seed(head, m, "pass@1")), evidence="table01_main, table01_gains"))
+    return out
 
-    # ---- §4.1 Table 1 --------------------------------------------------------------------------
-    for m, paper in (("vanilla", "+66.78 % relative overall accuracy"), ("grpo", "+21.50 % relative"),
-                     ("seeupo", "+10.76 % relative"), ("tree_grpo", "RTPO outperforms (no figure in the digest)"),
-                     ("arpo", "RTPO outperforms (no figure in the digest)")):
-        C.append(Claim(f"4.1-{m}", "§4.1, Table 1", f"RTPO achieves higher overall accuracy than {method_label(m)}",
-                       paper, f"RTPO − {method_label(m)}: pass@1 averaged over the {head_s} benchmarks",
-                       "pp", lambda m=m: _scale(paired(macro("rtpo"), macro(m)), 100),
-                       evidence="table01_main, table01_gains"))
-    # ---- §F.1 hardest math tier, tool calls ------------------------------------------------------
+
+def tool_use(res: Results) -> list[Claim]:
+    """§F.1: RTPO's lead on the hardest math tier, its fewer Python calls there, more search calls."""
+    ev = res.eval_by_seed
     hm = hardest(res, "math")
-    for m, paper in (("seeupo", "AIME24 pass@1 33.33 vs 20.00 % (+13.3 pp)"),
-                     ("grpo", "AIME24 pass@1 33.33 vs 10.00 % (+23.3 pp)")):
-        C.append(Claim(f"F.1-hard-{m}", "§F.1", f"RTPO leads {method_label(m)} on the hardest math benchmark",
-                       paper, f"RTPO − {method_label(m)}: pass@1 on {benchmark_label(hm) if hm else 'the hardest tier'}",
-                       "pp", lambda m=m: _scale(paired(ev("math", "rtpo", hm, "pass@1"), ev("math", m, hm, "pass@1")), 100)
-                       if hm else {}, evidence="table01_main", note="" if hm else "no math evaluation"))
-    C.append(Claim("F.1-math-calls", "§F.1, §G.5", "RTPO uses fewer tool calls than Vanilla on hard math",
-                   "AIME24: 4 Python calls (RTPO) vs 17 (Vanilla)",
-                   f"Vanilla − RTPO: tool calls per trajectory on {benchmark_label(hm) if hm else 'the hardest tier'}",
-                   "calls", lambda: paired(ev("math", "vanilla", hm, "tool_calls_per_traj"),
-                                           ev("math", "rtpo", hm, "tool_calls_per_traj")) if hm else {},
-                   evidence="tableG5_tool_use"))
-    C.append(Claim("F.1-search-calls", "§F.1", "RTPO issues more search calls than GRPO on knowledge tasks",
-                   "613 / 867 calls (HotpotQA / 2Wiki) vs ≈200 for other methods",
-                   "RTPO − GRPO: tool calls per trajectory, search evaluation (all samples)", "calls",
-                   lambda: paired(ev("search", "rtpo", "overall", "tool_calls_per_traj"),
-                                  ev("search", "grpo", "overall", "tool_calls_per_traj")),
-                   evidence="tableG5_tool_use"))
-    # ---- §4.2 / Figure 3, §F.2 -----------------------------------------------------------------
-    paper_ratio = {"math": "GRPO 0.89 → 0.97 over 30 steps", "search": "baselines ≈0.80 → 0.89 / 0.83"}
-    for t in head:
-        C.append(Claim(f"4.2-ratio-rtpo-{t}", "§4.2, Figure 3", f"RTPO keeps the rollout–training ratio at 1.0 ({t})",
-                       "1.0 throughout training", "RTPO: mean over training steps of ratio_mean", "ratio",
-                       lambda t=t: st_(t, "rtpo", "ratio_mean"), rule="equivalence", center=1.0,
-                       margin=RATIO_MARGIN, evidence="fig03_consistency"))
-        C.append(Claim(f"4.2-ratio-grpo-{t}", "§4.2, §F.2", f"GRPO's ratio stays below 1 under psi ≠ full ({t})",
-                       paper_ratio.get(t, "below 1"), "1 − GRPO's mean ratio_mean over training steps", "ratio",
-                       lambda t=t: {s: 1 - v for s, v in st_(t, "grpo", "ratio_mean").items()},
-                       evidence="fig03_consistency"))
+    out = []
+    for m, ref in (("seeupo", "aime24_vs_seeupo"), ("grpo", "aime24_vs_grpo")):
+        out.append(Claim(
+            f"F.1-hard-{m}", PAPER[ref], f"RTPO leads {method_label(m)} on the hardest math benchmark",
+            f"RTPO − {method_label(m)}: pass@1 on {_bench(hm)}", "pp",
+            _pp(ev("math", "rtpo", hm, "pass@1"), ev("math", m, hm, "pass@1")) if hm else {},
+            evidence="table01_main", note="" if hm else "no math evaluation"))
+    out.append(Claim(
+        "F.1-math-calls", PAPER["aime24_python_calls"], "RTPO uses fewer tool calls than Vanilla on hard math",
+        f"Vanilla − RTPO: tool calls per trajectory on {_bench(hm)}", "calls",
+        paired(ev("math", "vanilla", hm, "tool_calls_per_traj"), ev("math", "rtpo", hm, "tool_calls_per_traj"))
+        if hm else {}, evidence="tableG5_tool_use"))
+    out.append(Claim(
+        "F.1-search-calls", PAPER["search_calls"], "RTPO issues more search calls than GRPO on knowledge tasks",
+        "RTPO − GRPO: tool calls per trajectory, search evaluation (all samples)", "calls",
+        paired(ev("search", "rtpo", "overall", "tool_calls_per_traj"),
+               ev("search", "grpo", "overall", "tool_calls_per_traj")), evidence="tableG5_tool_use"))
+    return out
+
+
+def consistency(res: Results) -> list[Claim]:
+    """§4.2, Figure 3 and §F.2: RTPO's rollout–training ratio stays at 1 and its KL is the lowest;
+    GRPO's ratio stays below 1; SeeUPO's jitters."""
+    st = res.steps_by_seed
+    grpo_ratio = {"math": PAPER["ratio_grpo_math"], "search": PAPER["ratio_grpo_search"]}
+    out = []
+    for t in _headline(res):
+        out.append(Claim(
+            f"4.2-ratio-rtpo-{t}", PAPER["ratio_rtpo"], f"RTPO keeps the rollout–training ratio at 1.0 ({t})",
+            "RTPO: mean over training steps of ratio_mean", "ratio", st(t, "rtpo", "ratio_mean"),
+            rule="equivalence", center=PAPER["ratio_rtpo"].value, margin=RATIO_MARGIN,
+            evidence="fig03_consistency"))
+        out.append(Claim(
+            f"4.2-ratio-grpo-{t}", grpo_ratio.get(t, PAPER["ratio_grpo_other"]),
+            f"GRPO's ratio stays below 1 under psi ≠ full ({t})", "1 − GRPO's mean ratio_mean over training steps",
+            "ratio", {s: 1 - v for s, v in st(t, "grpo", "ratio_mean").items()}, evidence="fig03_consistency"))
         for m in ("grpo", "seeupo"):
-            C.append(Claim(f"4.2-kl-{m}-{t}", "§4.2, Figure 3", f"RTPO has lower rollout–training KL than "
-                           f"{method_label(m)} ({t})", "RTPO lowest average KL",
-                           f"{method_label(m)} − RTPO: KL(rollout‖train) averaged over training steps", "nats/token",
-                           lambda t=t, m=m: paired(st_(t, m, "kl_rollout_train"), st_(t, "rtpo", "kl_rollout_train")),
-                           evidence="fig03_consistency"))
-    C.append(Claim("F.2-seeupo-jitter", "§F.2", "SeeUPO's ratio fluctuates step to step; RTPO's does not (math)",
-                   "SeeUPO spike to 1.02 at step 9, sustained fluctuations",
-                   "SeeUPO − RTPO: std over training steps of ratio_mean", "ratio",
-                   lambda: paired(st_("math", "seeupo", "ratio_mean", "std"), st_("math", "rtpo", "ratio_mean", "std")),
-                   evidence="fig03_consistency"))
-    # ---- §4.3 Table 2 ----------------------------------------------------------------------------
+            out.append(Claim(
+                f"4.2-kl-{m}-{t}", PAPER["kl_lowest"], f"RTPO has lower rollout–training KL than "
+                f"{method_label(m)} ({t})", f"{method_label(m)} − RTPO: KL(rollout‖train) averaged over training "
+                "steps", "nats/token", paired(st(t, m, "kl_rollout_train"), st(t, "rtpo", "kl_rollout_train")),
+                evidence="fig03_consistency"))
+    out.append(Claim(
+        "F.2-seeupo-jitter", PAPER["seeupo_jitter"], "SeeUPO's ratio fluctuates step to step; RTPO's does not "
+        "(math)", "SeeUPO − RTPO: std over training steps of ratio_mean", "ratio",
+        paired(st("math", "seeupo", "ratio_mean", "std"), st("math", "rtpo", "ratio_mean", "std")),
+        evidence="fig03_consistency"))
+    return out
+
+
+def credit_assignment(res: Results) -> list[Claim]:
+    """§4.3, Table 2: under matched full-history rollouts (study credit_assignment) RTPO-CA beats the
+    trajectory- and tree-level baselines on the math average."""
     ca = res.studies.get("credit_assignment")
-    ca_methods = [m for m in (ca.methods if ca else ("grpo", "tree_grpo", "seeupo")) if m != "rtpo_ca"]
-    for m in ca_methods:
-        def eff(m=m):
-            if ca is None:
-                return {}
+    methods = [m for m in (ca.methods if ca else ("grpo", "tree_grpo", "seeupo")) if m != "rtpo_ca"]
+    out = []
+    for m in methods:
+        values: PerSeed = {}
+        if ca is not None:
             v = ca.variants[0].name
-            return _scale(paired(res.eval_macro_by_seed([ca.task], "rtpo_ca", "pass@1", ca.name, v),
-                                 res.eval_macro_by_seed([ca.task], m, "pass@1", ca.name, v)), 100)
-        C.append(Claim(f"4.3-{m}", "§4.3, Table 2", f"under full-history rollouts RTPO-CA beats {method_label(m)}",
-                       "RTPO-CA highest overall average on 4 math benchmarks",
-                       f"RTPO-CA − {method_label(m)}: pass@1 averaged over the math benchmarks (psi = full)", "pp",
-                       eff, evidence="table02_credit_assignment",
-                       note="" if ca else "study credit_assignment absent from the config"))
-    # ---- §4.4 Table 3, §F.3 --------------------------------------------------------------------
+            values = _pp(res.eval_macro_by_seed([ca.task], "rtpo_ca", "pass@1", ca.name, v),
+                         res.eval_macro_by_seed([ca.task], m, "pass@1", ca.name, v))
+        out.append(Claim(
+            f"4.3-{m}", PAPER["rtpo_ca_best"], f"under full-history rollouts RTPO-CA beats {method_label(m)}",
+            f"RTPO-CA − {method_label(m)}: pass@1 averaged over the math benchmarks (psi = full)", "pp", values,
+            evidence="table02_credit_assignment", note="" if ca else "study credit_assignment absent from the config"))
+    return out
+
+
+def policy_drift(res: Results) -> list[Claim]:
+    """§4.4, Table 3 (§F.3): on-policy continuation beats off-policy continuation (study continuation),
+    most on the longest horizons."""
     co = res.studies.get("continuation")
-    if co is not None and len(co.variants) >= 2:
-        on, off = co.variant_names()[0], co.variant_names()[1]
-        sub = res.evals[res.evals.scope == co.name] if not res.evals.empty else pd.DataFrame()
-        metric = "hit" if ("hit" in sub.columns and sub["hit"].notna().any()) else "pass@1"
-        mm = co.methods[0]
+    if co is None or len(co.variants) < 2:
+        return [Claim("4.4-average", PAPER["on_policy_gain"], "on-policy continuation beats off-policy continuation",
+                      "on − off output-hit", "pp", {}, evidence="table03_continuation",
+                      note="study continuation absent from the config")]
+    on, off = co.variant_names()[0], co.variant_names()[1]
+    metric, m = hit_metric(res, co.task, co.name), co.methods[0]
 
-        def dcont(b):
-            if b == "average":
-                return paired(res.eval_macro_by_seed([co.task], mm, metric, co.name, on),
-                              res.eval_macro_by_seed([co.task], mm, metric, co.name, off))
-            if b is None:
-                return {}
-            return paired(ev(co.task, mm, b, metric, co.name, on), ev(co.task, mm, b, metric, co.name, off))
-        hb, eb = hardest(res, co.task, co.name, on), easiest(res, co.task, co.name, on)
-        C.append(Claim("4.4-average", "§4.4, Table 3", "on-policy continuation beats off-policy continuation",
-                       "+7.00 XBench, +5.83 GAIA, +3.50 WebWalkerQA, −0.33 HLE (pp, output-hit)",
-                       f"{on} − {off}: {metric} averaged over the {co.task} benchmarks", "pp",
-                       lambda: _scale(dcont("average"), 100), evidence="table03_continuation"))
-        C.append(Claim("4.4-hardest", "§4.4, §G.6", "on-policy continuation helps most on the longest horizons",
-                       "largest gains on long-horizon XBench / GAIA Level 3",
-                       f"{on} − {off}: {metric} on {benchmark_label(hb) if hb else 'the hardest tier'}", "pp",
-                       lambda: _scale(dcont(hb), 100), evidence="table03_continuation"))
-        if hb and eb:
-            C.append(Claim("4.4-horizon-trend", "§4.4", "the on-policy gain grows with the horizon",
-                           "gains larger on longer retrieval horizons; HLE (short) ≈ tie",
-                           f"gain on {benchmark_label(hb)} − gain on {benchmark_label(eb)} ({metric})", "pp",
-                           lambda: _scale(paired(dcont(hb), dcont(eb)), 100), evidence="table03_continuation"))
-    else:
-        C.append(Claim("4.4-average", "§4.4, Table 3", "on-policy continuation beats off-policy continuation",
-                       "+7.00 XBench, +5.83 GAIA, +3.50 WebWalkerQA, −0.33 HLE (pp)", "on − off output-hit", "pp",
-                       lambda: {}, evidence="table03_continuation",
-                       note="study continuation absent from the config"))
-    # ---- §G.1 airline --------------------------------------------------------------------------
-    A = "airline"
-
-    def aev(m, metric):
-        return ev(A, m, "overall", metric)
-    for m, paper in (("grpo", "RTPO highest pass@1 (17.50 %)"), ("tree_grpo", "RTPO highest pass@1 (17.50 %)")):
-        C.append(Claim(f"G.1-pass1-{m}", "§G.1, Table 8", f"RTPO has higher airline pass@1 than {method_label(m)}",
-                       paper, f"RTPO − {method_label(m)}: airline pass@1", "pp",
-                       lambda m=m: _scale(paired(aev("rtpo", "pass@1"), aev(m, "pass@1")), 100),
-                       evidence="table08_airline_eval"))
-    k = res.eval_k()
-    C.append(Claim("G.1-passk-tree_grpo", "§G.1, Table 8", "RTPO has higher airline pass@4 than Tree-GRPO",
-                   "RTPO highest pass@4 (30.00 %)", f"RTPO − Tree-GRPO: airline pass@{k}", "pp",
-                   lambda: _scale(paired(aev("rtpo", "pass@k"), aev("tree_grpo", "pass@k")), 100),
-                   evidence="table08_airline_eval", note="" if k == 4 else f"our k = {k} (eval.samples)"))
-    C.append(Claim("G.1-termination", "§G.1, Table 8", "RTPO terminates normally more often than Tree-GRPO",
-                   "RTPO highest normal termination rate",
-                   "RTPO − Tree-GRPO: airline normal-termination rate", "pp",
-                   lambda: _scale(paired(aev("rtpo", "normal_termination_rate"),
-                                         aev("tree_grpo", "normal_termination_rate")), 100),
-                   evidence="table08_airline_eval"))
-    C.append(Claim("G.1-truncation", "§G.1, Table 8", "RTPO truncates less than Tree-GRPO",
-                   "47.50 → 42.50 %", "RTPO − Tree-GRPO: airline truncation rate", "pp",
-                   lambda: _scale(paired(aev("rtpo", "truncation_rate"), aev("tree_grpo", "truncation_rate")), 100),
-                   sign=-1, evidence="table08_airline_eval"))
-    C.append(Claim("G.1-length", "§G.1, Table 8", "RTPO's responses are shorter than Tree-GRPO's",
-                   "2,538.2 → 1,688.8 tokens", "RTPO − Tree-GRPO: airline response tokens per trajectory", "tokens",
-                   lambda: paired(aev("rtpo", "response_tokens"), aev("tree_grpo", "response_tokens")),
-                   sign=-1, evidence="table08_airline_eval"))
-    C.append(Claim("G.1-tool-errors", "§G.1, Table 9", "RTPO makes fewer tool-error calls",
-                   "50 → 9 error calls (baseline not named in the digest)",
-                   "RTPO − GRPO: tool-error calls per trajectory at evaluation", "calls",
-                   lambda: paired(_errors_per_traj(res, "rtpo"), _errors_per_traj(res, "grpo")), sign=-1,
-                   evidence="table09_airline_tools", note="compared against GRPO"))
-    C.append(Claim("G.1-exec-success", "§G.1, Table 9", "RTPO's tool calls execute successfully more often",
-                   "57.63 → 89.16 % (baseline not named in the digest)",
-                   "RTPO − GRPO: airline tool execution success", "pp",
-                   lambda: _scale(paired(aev("rtpo", "tool_success_rate"), aev("grpo", "tool_success_rate")), 100),
-                   evidence="table09_airline_tools", note="compared against GRPO"))
-    for m, paper in (("tree_grpo", "−38.2 % (9,650.5 tokens per success)"), ("grpo", "−56.0 %")):
-        C.append(Claim(f"G.1-tps-{m}", "§G.1, Table 9, §G.4", f"RTPO needs fewer response tokens per success than "
-                       f"{method_label(m)}", paper, f"percent change of RTPO's airline tokens per success vs "
-                       f"{method_label(m)}", "%",
-                       lambda m=m: paired_ratio(aev("rtpo", "tokens_per_success"), aev(m, "tokens_per_success")),
-                       sign=-1, evidence="table09_airline_tools"))
-    for m in ("grpo", "tree_grpo"):
-        C.append(Claim(f"G.1-online-{m}", "§G.1, Table 7", f"RTPO's online success beats {method_label(m)} from "
-                       "the early phase onward", "RTPO best from Step 20 (of 50) onward; peak 56.25 %",
-                       f"RTPO − {method_label(m)}: online success_rate, mean over the last 60 % of steps", "pp",
-                       lambda m=m: _scale(paired(st_(A, "rtpo", "success_rate", window=FROM_40),
-                                                 st_(A, m, "success_rate", window=FROM_40)), 100),
-                       evidence="table07_airline_online"))
-    C.append(Claim("G.1-late-decline", "§G.1, Table 7, §G.9", "RTPO's online success declines at the end of training",
-                   "56.25 % (Step 40) → 40.63 % (Step 50)",
-                   "RTPO: success_rate over the last fifth of steps − over the fourth fifth", "pp",
-                   lambda: _scale(paired(st_(A, "rtpo", "success_rate", window=LATE),
-                                         st_(A, "rtpo", "success_rate", window=FOURTH)), 100),
-                   sign=-1, evidence="table07_airline_online"))
-    # ---- §G.2 group size -----------------------------------------------------------------------
-    gs = res.studies.get("group_size")
-    lo_hi = _group_pair(res, gs) if gs else None
-    if gs is not None and lo_hi is not None:
-        lo, hi = lo_hi
-        gm = gs.methods[0]
-
-        def gev(v, metric):
-            return ev(gs.task, gm, "overall", metric, gs.name, v)
-
-        def gst(v, col, red="mean"):
-            return st_(gs.task, gm, col, red, gs.name, v)
-        pair = f"{hi} vs {lo}"
-        C += [
-            Claim("G.2-zero-adv", "§G.2, Table 10", "a larger G lowers the zero-advantage fraction", "89.61 → 82.66 % (G 3 → 4)",
-                  f"{pair}: zero_adv_frac averaged over training steps", "pp",
-                  lambda: _scale(paired(gst(hi, "zero_adv_frac"), gst(lo, "zero_adv_frac")), 100), sign=-1,
-                  evidence="table10_group_size"),
-            Claim("G.2-pass1", "§G.2, Table 10", "a larger G raises pass@1", "17.50 → 20.00 % (G 3 → 4)",
-                  f"{pair}: pass@1", "pp", lambda: _scale(paired(gev(hi, "pass@1"), gev(lo, "pass@1")), 100),
-                  evidence="table10_group_size"),
-            Claim("G.2-inference-tokens", "§G.2, Table 10", "a larger G cuts inference tokens per success",
-                  "9,650.5 → 7,477.9 (G 3 → 4)", f"{pair}: tokens per success at evaluation", "tokens",
-                  lambda: paired(gev(hi, "tokens_per_success"), gev(lo, "tokens_per_success")), sign=-1,
-                  evidence="table10_group_size"),
-            Claim("G.2-wallclock", "§G.2, Table 11", "a larger G costs more wall-clock", "+30.6 % GPU-hours (G 3 → 4)",
-                  f"{pair}: percent change of training wall-clock", "%",
-                  lambda: paired_ratio(gst(hi, "time_total", "sum"), gst(lo, "time_total", "sum")),
-                  evidence="timing_table11_group_size_cost", timing=True),
-            Claim("G.2-train-tokens", "§G.2, Table 11", "a larger G costs more training-generation tokens",
-                  "+152.8 % (G 3 → 4)", f"{pair}: percent change of training-generation tokens", "%",
-                  lambda: paired_ratio(gst(hi, "tokens_total", "sum"), gst(lo, "tokens_total", "sum")),
-                  evidence="table11_group_size_cost"),
-            Claim("G.9-zero-adv-level", "§G.9", "most samples still have zero advantage at the largest G",
-                  "> 80 % at G = 4", f"{hi}: zero_adv_frac averaged over steps − 80 %", "pp",
-                  lambda: {s: 100 * v - 80 for s, v in gst(hi, "zero_adv_frac").items()},
-                  evidence="table10_group_size"),
-        ]
-        if "G2" in gs.variant_names() and "G3" in gs.variant_names():
-            C.append(Claim("G.2-G2-degenerate", "§G.2", "G = 2 degenerates (little relative signal)",
-                           "G = 2 degenerates (no figure)", "G2 − G3: zero_adv_frac averaged over steps", "pp",
-                           lambda: _scale(paired(gst("G2", "zero_adv_frac"), gst("G3", "zero_adv_frac")), 100),
-                           evidence="table10_group_size"))
-    else:
-        C.append(Claim("G.2-zero-adv", "§G.2, Table 10", "a larger G lowers the zero-advantage fraction",
-                       "89.61 → 82.66 % (G 3 → 4)", "larger − smaller G: zero_adv_frac", "pp", lambda: {}, sign=-1,
-                       evidence="table10_group_size", note="fewer than two group sizes in the config"))
-    # ---- §G.3 trunk failures (RTPO, airline) ---------------------------------------------------
-    C += [
-        Claim("G.3-first-turn", "§G.3, Table 12", "most trunk failures happen after the first turn",
-              "only 6.88 % of trunks fail within the first turn",
-              "RTPO (airline): share of failed trunks that failed in the first turn − 50 %", "pp",
-              lambda: {s: 100 * v - 50 for s, v in first_turn_share(res, A, "rtpo").items()}, sign=-1,
-              evidence="table12_trunk_failures"),
-        Claim("G.3-no-terminal", "§G.3, Table 13", "trajectories without a terminal signal disappear over training",
-              "37.50 % (Step 10) → 0 % (Step 50)",
-              "RTPO (airline): no_terminal_frac, last fifth of steps − first fifth", "pp",
-              lambda: _scale(paired(st_(A, "rtpo", "trunks_no_terminal_frac", window=LATE),
-                                    st_(A, "rtpo", "trunks_no_terminal_frac", window=EARLY)), 100), sign=-1,
-              evidence="table13_failure_dynamics"),
-        Claim("G.3-failed-length", "§G.3, Table 13", "failed trajectories get shorter over training",
-              "13.30 → 2.84 turns", "RTPO (airline): failed_len_mean, last fifth of steps − first fifth", "turns",
-              lambda: paired(st_(A, "rtpo", "trunks_failed_len_mean", window=LATE),
-                             st_(A, "rtpo", "trunks_failed_len_mean", window=EARLY)), sign=-1,
-              evidence="table13_failure_dynamics"),
+    def on_minus_off(b: str | None) -> PerSeed:
+        """{seed: on − off} of `metric` on benchmark b ("average": the macro average over the benchmarks)."""
+        if b == "average":
+            return paired(res.eval_macro_by_seed([co.task], m, metric, co.name, on),
+                          res.eval_macro_by_seed([co.task], m, metric, co.name, off))
+        if b is None:
+            return {}
+        return paired(res.eval_by_seed(co.task, m, b, metric, co.name, on),
+                      res.eval_by_seed(co.task, m, b, metric, co.name, off))
+    hb, eb = hardest(res, co.task, co.name, on), easiest(res, co.task, co.name, on)
+    out = [
+        Claim("4.4-average", PAPER["on_policy_gain"], "on-policy continuation beats off-policy continuation",
+              f"{on} − {off}: {metric} averaged over the {co.task} benchmarks", "pp",
+              _scale(on_minus_off("average"), 100), evidence="table03_continuation"),
+        Claim("4.4-hardest", PAPER["on_policy_longest"], "on-policy continuation helps most on the longest horizons",
+              f"{on} − {off}: {metric} on {_bench(hb)}", "pp", _scale(on_minus_off(hb), 100),
+              evidence="table03_continuation"),
     ]
-    # ---- §G.4 training cost (airline) ----------------------------------------------------------
-    for col, m, paper, what in (("time_total", "grpo", "+41.3 % wall-clock / GPU-hours", "wall-clock"),
-                                ("tokens_total", "grpo", "+40.0 % training-generation tokens", "training-generation tokens"),
-                                ("tokens_total", "tree_grpo", "+8.3 % training tokens", "training-generation tokens")):
-        C.append(Claim(f"G.4-{col}-{m}", "§G.4, Table 14", f"RTPO costs more {what} than {method_label(m)}", paper,
-                       f"percent change of RTPO's airline {what} vs {method_label(m)}", "%",
-                       lambda col=col, m=m: paired_ratio(st_(A, "rtpo", col, "sum"), st_(A, m, col, "sum")),
-                       evidence=("timing_" if col == "time_total" else "") + "table14_training_cost",
-                       timing=col == "time_total"))
-    # ---- §G.5 tool use on math -----------------------------------------------------------------
-    C.append(Claim("G.5-accuracy", "§G.5, Tables 18-19", "RTPO is more accurate than Vanilla on math",
-                   "higher accuracy on GSM8K, AIME24, AIME25", "RTPO − Vanilla: math pass@1 (all samples)", "pp",
-                   lambda: _scale(paired(ev("math", "rtpo", "overall", "pass@1"),
-                                         ev("math", "vanilla", "overall", "pass@1")), 100),
-                   evidence="tableG5_tool_use"))
-    C.append(Claim("G.5-calls", "§G.5, Tables 18-19", "RTPO makes fewer tool calls than Vanilla on math",
-                   "fewer total tool calls on GSM8K, AIME24, AIME25",
-                   "RTPO − Vanilla: math tool calls per trajectory (all samples)", "calls",
-                   lambda: paired(ev("math", "rtpo", "overall", "tool_calls_per_traj"),
-                                  ev("math", "vanilla", "overall", "tool_calls_per_traj")), sign=-1,
-                   evidence="tableG5_tool_use"))
-    # ---- §G.6 sync frequency -------------------------------------------------------------------
-    sy = res.studies.get("sync")
-    if sy is not None and len(sy.variants) >= 2:
-        ref = sy.variant_names()[0]
-        sm = sy.methods[0]
-        sub = res.evals[res.evals.scope == sy.name] if not res.evals.empty else pd.DataFrame()
-        metric = "hit" if ("hit" in sub.columns and sub["hit"].notna().any()) else "pass@1"
-        hb = hardest(res, sy.task, sy.name, ref)
-        for v in sy.variant_names()[1:]:
-            C.append(Claim(f"G.6-acc-{v}", "§G.6", f"per-stage synchronisation beats {v} on the hardest tier",
-                           "largest gain on GAIA Level 3; comparable on HLE",
-                           f"{ref} − {v}: {metric} on {benchmark_label(hb) if hb else 'the hardest tier'}", "pp",
-                           lambda v=v: _scale(paired(ev(sy.task, sm, hb, metric, sy.name, ref),
-                                                     ev(sy.task, sm, hb, metric, sy.name, v)), 100) if hb else {},
-                           evidence="tableG6_sync"))
-            C.append(Claim(f"G.6-syncs-{v}", "§G.6", f"{v} synchronises less often than per-stage (cheaper)",
-                           "fixed-interval / KL sync reduce cost", f"{ref} − {v}: weight syncs per training step",
-                           "syncs", lambda v=v: paired(st_(sy.task, sm, "syncs", "mean", sy.name, ref),
-                                                       st_(sy.task, sm, "syncs", "mean", sy.name, v)),
-                           evidence="tableG6_sync"))
-    # ---- §G.7 budget over training (RTPO, airline) ---------------------------------------------
-    for col, label, paper, sign, unit, k_ in (
-            ("trunks_tool_calls_per_trunk", "tool calls per trunk fall", "7.34 → 0.94", -1, "calls", 1),
-            ("trunks_tokens_per_trunk", "generated tokens per trunk fall", "8,013.5 → 1,669.3", -1, "tokens", 1),
-            ("trunks_tool_success_rate", "tool execution success rises", "74.04 → 93.33 %", 1, "pp", 100)):
-        C.append(Claim(f"G.7-{col.split('_', 1)[1]}", "§G.7, Table 21", f"over training, {label}", paper,
-                       f"RTPO (airline): {col}, last fifth of steps − first fifth", unit,
-                       lambda col=col, k_=k_: _scale(paired(st_(A, "rtpo", col, window=LATE),
-                                                            st_(A, "rtpo", col, window=EARLY)), k_),
-                       sign=sign, evidence="table21_budget"))
-    return C
+    if hb and eb:
+        out.append(Claim(
+            "4.4-horizon-trend", PAPER["on_policy_trend"], "the on-policy gain grows with the horizon",
+            f"gain on {benchmark_label(hb)} − gain on {benchmark_label(eb)} ({metric})", "pp",
+            _pp(on_minus_off(hb), on_minus_off(eb)), evidence="table03_continuation"))
+    return out
+
+
+def airline(res: Results) -> list[Claim]:
+    """§G.1, Tables 7-9 (τ3-airline): evaluation accuracy, termination, length, tool errors, tokens per
+    success, and online success over training."""
+    def ev(m: str, metric: str) -> PerSeed:
+        return res.eval_by_seed(AIRLINE, m, "overall", metric)
+
+    def online(m: str, window: tuple[float, float]) -> PerSeed:
+        return res.steps_by_seed(AIRLINE, m, "success_rate", window=window)
+    k = res.eval_k()
+    out = []
+    for m in ("grpo", "tree_grpo"):
+        out.append(Claim(
+            f"G.1-pass1-{m}", PAPER["airline_pass1"], f"RTPO has higher airline pass@1 than {method_label(m)}",
+            f"RTPO − {method_label(m)}: airline pass@1", "pp", _pp(ev("rtpo", "pass@1"), ev(m, "pass@1")),
+            evidence="table08_airline_eval"))
+    out += [
+        Claim("G.1-passk-tree_grpo", PAPER["airline_pass4"], "RTPO has higher airline pass@4 than Tree-GRPO",
+              f"RTPO − Tree-GRPO: airline pass@{k}", "pp", _pp(ev("rtpo", "pass@k"), ev("tree_grpo", "pass@k")),
+              evidence="table08_airline_eval", note="" if k == 4 else f"our k = {k} (eval.samples)"),
+        Claim("G.1-termination", PAPER["airline_termination"], "RTPO terminates normally more often than Tree-GRPO",
+              "RTPO − Tree-GRPO: airline normal-termination rate", "pp",
+              _pp(ev("rtpo", "normal_termination_rate"), ev("tree_grpo", "normal_termination_rate")),
+              evidence="table08_airline_eval"),
+        Claim("G.1-truncation", PAPER["airline_truncation"], "RTPO truncates less than Tree-GRPO",
+              "RTPO − Tree-GRPO: airline truncation rate", "pp",
+              _pp(ev("rtpo", "truncation_rate"), ev("tree_grpo", "truncation_rate")), sign=-1,
+              evidence="table08_airline_eval"),
+        Claim("G.1-length", PAPER["airline_length"], "RTPO's responses are shorter than Tree-GRPO's",
+              "RTPO − Tree-GRPO: airline response tokens per trajectory", "tokens",
+              paired(ev("rtpo", "response_tokens"), ev("tree_grpo", "response_tokens")), sign=-1,
+              evidence="table08_airline_eval"),
+        Claim("G.1-tool-errors", PAPER["airline_tool_errors"], "RTPO makes fewer tool-error calls",
+              "RTPO − GRPO: tool-error calls per trajectory at evaluation", "calls",
+              paired(_errors_per_traj(res, "rtpo"), _errors_per_traj(res, "grpo")), sign=-1,
+              evidence="table09_airline_tools", note="compared against GRPO"),
+        Claim("G.1-exec-success", PAPER["airline_exec_success"], "RTPO's tool calls execute successfully more often",
+              "RTPO − GRPO: airline tool execution success", "pp",
+              _pp(ev("rtpo", "tool_success_rate"), ev("grpo", "tool_success_rate")),
+              evidence="table09_airline_tools", note="compared against GRPO"),
+    ]
+    for m in ("tree_grpo", "grpo"):
+        out.append(Claim(
+            f"G.1-tps-{m}", PAPER[f"airline_tps_vs_{m}"], f"RTPO needs fewer response tokens per success than "
+            f"{method_label(m)}", f"percent change of RTPO's airline tokens per success vs {method_label(m)}", "%",
+            paired_ratio(ev("rtpo", "tokens_per_success"), ev(m, "tokens_per_success")), sign=-1,
+            evidence="table09_airline_tools"))
+    for m in ("grpo", "tree_grpo"):
+        out.append(Claim(
+            f"G.1-online-{m}", PAPER["airline_online"], f"RTPO's online success beats {method_label(m)} from the "
+            "early phase onward", f"RTPO − {method_label(m)}: online success_rate, mean over the last 60 % of steps",
+            "pp", _pp(online("rtpo", FROM_40), online(m, FROM_40)), evidence="table07_airline_online"))
+    out.append(Claim(
+        "G.1-late-decline", PAPER["airline_late_decline"], "RTPO's online success declines at the end of training",
+        "RTPO: success_rate over the last fifth of steps − over the fourth fifth", "pp",
+        _pp(online("rtpo", LATE), online("rtpo", FOURTH)), sign=-1, evidence="table07_airline_online"))
+    return out
 
 
 def _errors_per_traj(res: Results, m: str) -> PerSeed:
-    calls = res.eval_by_seed("airline", m, "overall", "tool_calls_per_traj")
-    rate = res.eval_by_seed("airline", m, "overall", "tool_success_rate")
+    calls = res.eval_by_seed(AIRLINE, m, "overall", "tool_calls_per_traj")
+    rate = res.eval_by_seed(AIRLINE, m, "overall", "tool_success_rate")
     out = {}
     for s, c in calls.items():
         if c == 0:
@@ -390,7 +313,55 @@ def _errors_per_traj(res: Results, m: str) -> PerSeed:
     return out
 
 
-def _group_pair(res: Results, st) -> tuple[str, str] | None:
+def group_size(res: Results) -> list[Claim]:
+    """§G.2, Tables 10-11 and §G.9 (study group_size): a larger sibling group G lowers the zero-advantage
+    fraction and raises pass@1 at a higher training cost; G = 2 degenerates."""
+    gs = res.studies.get("group_size")
+    lo_hi = _group_pair(res, gs) if gs else None
+    if gs is None or lo_hi is None:
+        return [Claim("G.2-zero-adv", PAPER["g_zero_adv"], "a larger G lowers the zero-advantage fraction",
+                      "larger − smaller G: zero_adv_frac", "pp", {}, sign=-1, evidence="table10_group_size",
+                      note="fewer than two group sizes in the config")]
+    lo, hi = lo_hi
+    m = gs.methods[0]
+
+    def ev(v: str, metric: str) -> PerSeed:
+        return res.eval_by_seed(gs.task, m, "overall", metric, gs.name, v)
+
+    def st(v: str, col: str, red: str = "mean") -> PerSeed:
+        return res.steps_by_seed(gs.task, m, col, red, gs.name, v)
+    pair = f"{hi} vs {lo}"
+    level = PAPER["g_zero_adv_level"]
+    out = [
+        Claim("G.2-zero-adv", PAPER["g_zero_adv"], "a larger G lowers the zero-advantage fraction",
+              f"{pair}: zero_adv_frac averaged over training steps", "pp",
+              _pp(st(hi, "zero_adv_frac"), st(lo, "zero_adv_frac")), sign=-1, evidence="table10_group_size"),
+        Claim("G.2-pass1", PAPER["g_pass1"], "a larger G raises pass@1", f"{pair}: pass@1", "pp",
+              _pp(ev(hi, "pass@1"), ev(lo, "pass@1")), evidence="table10_group_size"),
+        Claim("G.2-inference-tokens", PAPER["g_inference_tokens"], "a larger G cuts inference tokens per success",
+              f"{pair}: tokens per success at evaluation", "tokens",
+              paired(ev(hi, "tokens_per_success"), ev(lo, "tokens_per_success")), sign=-1,
+              evidence="table10_group_size"),
+        Claim("G.2-wallclock", PAPER["g_wallclock"], "a larger G costs more wall-clock",
+              f"{pair}: percent change of training wall-clock", "%",
+              paired_ratio(st(hi, "time_total", "sum"), st(lo, "time_total", "sum")),
+              evidence="timing_table11_group_size_cost", timing=True),
+        Claim("G.2-train-tokens", PAPER["g_train_tokens"], "a larger G costs more training-generation tokens",
+              f"{pair}: percent change of training-generation tokens", "%",
+              paired_ratio(st(hi, "tokens_total", "sum"), st(lo, "tokens_total", "sum")),
+              evidence="table11_group_size_cost"),
+        Claim("G.9-zero-adv-level", level, "most samples still have zero advantage at the largest G",
+              f"{hi}: zero_adv_frac averaged over steps − {level.value:g} %", "pp",
+              {s: 100 * v - level.value for s, v in st(hi, "zero_adv_frac").items()}, evidence="table10_group_size"),
+    ]
+    if "G2" in gs.variant_names() and "G3" in gs.variant_names():
+        out.append(Claim("G.2-G2-degenerate", PAPER["g2_degenerate"], "G = 2 degenerates (little relative signal)",
+                         "G2 − G3: zero_adv_frac averaged over steps", "pp",
+                         _pp(st("G2", "zero_adv_frac"), st("G3", "zero_adv_frac")), evidence="table10_group_size"))
+    return out
+
+
+def _group_pair(res: Results, st: Study) -> tuple[str, str] | None:
     """(smaller, larger) G variants to compare: the config's default G and the next larger one if both are
     run (the paper's 3 vs 4), otherwise the two largest."""
     vs = sorted(st.variants, key=lambda v: float(v.value))
@@ -404,6 +375,135 @@ def _group_pair(res: Results, st) -> tuple[str, str] | None:
     return names[-2], names[-1]
 
 
+def trunk_failures(res: Results) -> list[Claim]:
+    """§G.3, Tables 12-13 (RTPO, airline): trunks rarely fail in the first turn; trajectories without a
+    terminal signal disappear and failed ones get shorter over training."""
+    def late_minus_early(col: str) -> PerSeed:
+        return paired(res.steps_by_seed(AIRLINE, "rtpo", col, window=LATE),
+                      res.steps_by_seed(AIRLINE, "rtpo", col, window=EARLY))
+    return [
+        Claim("G.3-first-turn", PAPER["first_turn_failures"], "most trunk failures happen after the first turn",
+              "RTPO (airline): share of failed trunks that failed in the first turn − 50 %", "pp",
+              {s: 100 * v - 50 for s, v in first_turn_share(res, AIRLINE, "rtpo").items()}, sign=-1,
+              evidence="table12_trunk_failures"),
+        Claim("G.3-no-terminal", PAPER["no_terminal"], "trajectories without a terminal signal disappear over "
+              "training", "RTPO (airline): no_terminal_frac, last fifth of steps − first fifth", "pp",
+              _scale(late_minus_early("trunks_no_terminal_frac"), 100), sign=-1, evidence="table13_failure_dynamics"),
+        Claim("G.3-failed-length", PAPER["failed_length"], "failed trajectories get shorter over training",
+              "RTPO (airline): failed_len_mean, last fifth of steps − first fifth", "turns",
+              late_minus_early("trunks_failed_len_mean"), sign=-1, evidence="table13_failure_dynamics"),
+    ]
+
+
+def training_cost(res: Results) -> list[Claim]:
+    """§G.4, Table 14 (airline): RTPO costs more wall-clock and training-generation tokens than the baselines
+    (the wall-clock claim is a timing: timing_claims.*)."""
+    out = []
+    for col, m, ref, what in (("time_total", "grpo", "cost_wallclock_vs_grpo", "wall-clock"),
+                              ("tokens_total", "grpo", "cost_tokens_vs_grpo", "training-generation tokens"),
+                              ("tokens_total", "tree_grpo", "cost_tokens_vs_tree_grpo", "training-generation tokens")):
+        timing = col == "time_total"
+        out.append(Claim(
+            f"G.4-{col}-{m}", PAPER[ref], f"RTPO costs more {what} than {method_label(m)}",
+            f"percent change of RTPO's airline {what} vs {method_label(m)}", "%",
+            paired_ratio(res.steps_by_seed(AIRLINE, "rtpo", col, "sum"), res.steps_by_seed(AIRLINE, m, col, "sum")),
+            evidence=("timing_" if timing else "") + "table14_training_cost", timing=timing))
+    return out
+
+
+def math_tool_use(res: Results) -> list[Claim]:
+    """§G.5, Tables 18-19: on math RTPO is more accurate than Vanilla with fewer tool calls."""
+    def ev(m: str, metric: str) -> PerSeed:
+        return res.eval_by_seed("math", m, "overall", metric)
+    return [
+        Claim("G.5-accuracy", PAPER["math_accuracy_vs_vanilla"], "RTPO is more accurate than Vanilla on math",
+              "RTPO − Vanilla: math pass@1 (all samples)", "pp", _pp(ev("rtpo", "pass@1"), ev("vanilla", "pass@1")),
+              evidence="tableG5_tool_use"),
+        Claim("G.5-calls", PAPER["math_calls_vs_vanilla"], "RTPO makes fewer tool calls than Vanilla on math",
+              "RTPO − Vanilla: math tool calls per trajectory (all samples)", "calls",
+              paired(ev("rtpo", "tool_calls_per_traj"), ev("vanilla", "tool_calls_per_traj")), sign=-1,
+              evidence="tableG5_tool_use"),
+    ]
+
+
+def sync_frequency(res: Results) -> list[Claim]:
+    """§G.6 (study sync): per-stage synchronisation (the first variant) beats every cheaper schedule on the
+    hardest tier, which in turn synchronise less often."""
+    sy = res.studies.get("sync")
+    if sy is None or len(sy.variants) < 2:
+        return []
+    ref, m = sy.variant_names()[0], sy.methods[0]
+    metric = hit_metric(res, sy.task, sy.name)
+    hb = hardest(res, sy.task, sy.name, ref)
+
+    def ev(v: str) -> PerSeed:
+        return res.eval_by_seed(sy.task, m, hb, metric, sy.name, v)
+
+    def syncs(v: str) -> PerSeed:
+        return res.steps_by_seed(sy.task, m, "syncs", "mean", sy.name, v)
+    out = []
+    for v in sy.variant_names()[1:]:
+        out.append(Claim(f"G.6-acc-{v}", PAPER["sync_accuracy"], f"per-stage synchronisation beats {v} on the "
+                         f"hardest tier", f"{ref} − {v}: {metric} on {_bench(hb)}", "pp",
+                         _pp(ev(ref), ev(v)) if hb else {}, evidence="tableG6_sync"))
+        out.append(Claim(f"G.6-syncs-{v}", PAPER["sync_cost"], f"{v} synchronises less often than per-stage "
+                         "(cheaper)", f"{ref} − {v}: weight syncs per training step", "syncs",
+                         paired(syncs(ref), syncs(v)), evidence="tableG6_sync"))
+    return out
+
+
+def budget_over_training(res: Results) -> list[Claim]:
+    """§G.7, Table 21 (RTPO, airline): per-trunk tool calls and tokens fall, tool success rises."""
+    out = []
+    for col, label, ref, sign, unit, k in (
+            ("trunks_tool_calls_per_trunk", "tool calls per trunk fall", "budget_tool_calls", -1, "calls", 1),
+            ("trunks_tokens_per_trunk", "generated tokens per trunk fall", "budget_tokens", -1, "tokens", 1),
+            ("trunks_tool_success_rate", "tool execution success rises", "budget_tool_success", 1, "pp", 100)):
+        late_minus_early = paired(res.steps_by_seed(AIRLINE, "rtpo", col, window=LATE),
+                                  res.steps_by_seed(AIRLINE, "rtpo", col, window=EARLY))
+        out.append(Claim(f"G.7-{col.split('_', 1)[1]}", PAPER[ref], f"over training, {label}",
+                         f"RTPO (airline): {col}, last fifth of steps − first fifth", unit,
+                         _scale(late_minus_early, k), sign=sign, evidence="table21_budget"))
+    return out
+
+
+# the ledger's sections, in its row order (the theorem checks follow: theory_rows)
+SECTIONS: tuple[Callable[[Results], list[Claim]], ...] = (
+    main_results, tool_use, consistency, credit_assignment, policy_drift, airline, group_size, trunk_failures,
+    training_cost, math_tool_use, sync_frequency, budget_over_training,
+)
+
+
+def build_claims(res: Results) -> list[Claim]:
+    """Every claim the ledger checks, with our per-seed values from the loaded results."""
+    return [c for section in SECTIONS for c in section(res)]
+
+
+def theory_rows(res: Results) -> list[dict[str, Any]]:
+    """The theorem checks of `rtpo theory` (results/theory/theory_checks.csv), one ledger row each: the
+    Monte-Carlo value against the closed form (RULE_THEORY); one inconclusive row when the file is absent."""
+    paper, evidence = PAPER["theorems"].text, "results/theory/theory_checks.csv"
+    if res.theory is None:
+        return [{"claim_id": "theory", "source": "theory (rtpo theory)", "claim": "the theorem checks",
+                 PAPER_COL: paper, "quantity": "", "unit": "", "expected": "", "rule": "theory-check",
+                 "ours_mean": math.nan, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "",
+                 "values": "", "verdict": INCONCLUSIVE, "evidence": evidence, "note": "theory_checks.csv absent",
+                 "timing": False}]
+    rows = []
+    for i, r in res.theory.reset_index(drop=True).iterrows():
+        closed = r["closed_form"]
+        expected = ("closed form " + (f"{float(closed):.4g}" if not pd.isna(closed) else "—")
+                    + (f" ± {float(r['tolerance']):.3g}" if not pd.isna(r["tolerance"]) else ""))
+        rows.append({"claim_id": f"theory-{i + 1:02d}", "source": "theory (rtpo theory)", "claim": str(r["paper_claim"]),
+                     PAPER_COL: paper, "quantity": f"{r['check']}: {r['quantity']}", "unit": "",
+                     "expected": expected, "rule": "theory-check",
+                     "ours_mean": float(r["monte_carlo"]) if not pd.isna(r["monte_carlo"]) else math.nan,
+                     "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "", "values": "",
+                     "verdict": REPRODUCED if bool(r["holds"]) else NOT_REPRODUCED, "evidence": evidence,
+                     "note": str(r.get("note", "")), "timing": False})
+    return rows
+
+
 # ------------------------------------------------------------------------------------------------
 # evaluation and writers
 # ------------------------------------------------------------------------------------------------
@@ -413,9 +513,10 @@ LEDGER_COLUMNS = ["claim_id", "source", "claim", PAPER_COL, "quantity", "unit", 
 
 
 def evaluate_claims(res: Results) -> pd.DataFrame:
+    """The ledger frame: every claim of `SECTIONS` with its verdict, then the theorem checks."""
     rows = []
     for c in build_claims(res):
-        d = c.effect() or {}
+        d = c.values
         s = summarize(d.values())
         if c.rule == "equivalence":
             verdict = equivalence_verdict(s, c.center, c.margin)
@@ -433,25 +534,14 @@ def evaluate_claims(res: Results) -> pd.DataFrame:
                      "ours_mean": s.mean, "ci95_lo": s.lo, "ci95_hi": s.hi, "n": s.n,
                      "seeds": ";".join(map(str, d)), "values": ";".join(repr(float(v)) for v in d.values()),
                      "verdict": verdict, "evidence": c.evidence, "note": note, "timing": c.timing})
-    if res.theory is not None:
-        for i, r in res.theory.reset_index(drop=True).iterrows():
-            mc = float(r["monte_carlo"]) if not pd.isna(r["monte_carlo"]) else math.nan
-            closed = r["closed_form"]
-            rows.append({"claim_id": f"theory-{i + 1:02d}", "source": "theory (rtpo theory)", "claim": str(r["paper_claim"]),
-                         PAPER_COL: "proved (§C)", "quantity": f"{r['check']}: {r['quantity']}", "unit": "",
-                         "expected": ("closed form " + (f"{float(closed):.4g}" if not pd.isna(closed) else "—")
-                                      + (f" ± {float(r['tolerance']):.3g}" if not pd.isna(r["tolerance"]) else "")),
-                         "rule": "theory-check", "ours_mean": mc, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0,
-                         "seeds": "", "values": "", "verdict": REPRODUCED if bool(r["holds"]) else NOT_REPRODUCED,
-                         "evidence": "results/theory/theory_checks.csv", "note": str(r.get("note", "")),
-                         "timing": False})
-    else:
-        rows.append({"claim_id": "theory", "source": "theory (rtpo theory)", "claim": "the theorem checks",
-                     PAPER_COL: "proved (§C)", "quantity": "", "unit": "", "expected": "", "rule": "theory-check",
-                     "ours_mean": math.nan, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "",
-                     "values": "", "verdict": INCONCLUSIVE, "evidence": "results/theory/theory_checks.csv",
-                     "note": "theory_checks.csv absent", "timing": False})
+    rows += theory_rows(res)
     return pd.DataFrame(rows, columns=[*LEDGER_COLUMNS, "timing"])
+
+
+def _expected(c: Claim) -> str:
+    if c.rule == "equivalence":
+        return f"= {c.center:g} ± {c.margin:g}"
+    return "> 0" if c.sign > 0 else "< 0"
 
 
 def verdict_counts(df: pd.DataFrame) -> dict[str, int]:

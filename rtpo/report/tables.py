@@ -5,7 +5,7 @@ unit, mean / std / n / 95 % CI over seeds and the per-seed `seeds` and `values`)
 `<name>.csv`; `display` is the formatted grid (mean ± std) that goes to `<name>.md` and `<name>.tex`.
 Values in the CSV are in the unit of the source file (`unit` column: fractions, tokens, seconds);
 the Markdown/LaTeX grids show fractions as percent. Our numbers only: where a table shows the
-paper's figure, the column is named "paper (Qwen3-8B)".
+paper's figure, the column is named "paper (Qwen3-8B)" and the figure comes from paper_reference.py.
 
 Tables (paper numbering; builders below, registry `TABLES`):
   table01_main, table01_gains       §4.1 Table 1: pass@1 by task and tier (+ its standard errors); RTPO's gains
@@ -45,17 +45,15 @@ import pandas as pd
 from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.config import method_settings
 from rtpo.report.load import MAIN, Results, benchmark_label, select_window, sort_benchmarks, training_steps
+from rtpo.report.paper_reference import PAPER_COL, PAPER_GAINS
 from rtpo.report.stats import (
     paired, paired_cells, paired_ratio, problem_summary, relative_gain, se_over_seeds, summarize,
 )
 
 METHOD_LABELS = {"vanilla": "Vanilla", "grpo": "GRPO", "tree_grpo": "Tree-GRPO", "arpo": "ARPO",
                  "seeupo": "SeeUPO", "rtpo": "RTPO", "rtpo_ca": "RTPO-CA"}
-PAPER_COL = "paper (Qwen3-8B)"
 # Table 1 of the paper covers math and knowledge (search) QA; its "overall" averages their benchmarks.
 HEADLINE_TASKS = ("math", "search")
-# §4.1: RTPO's relative overall gains in the paper (percent)
-PAPER_GAINS = {"vanilla": 66.78, "grpo": 21.50, "seeupo": 10.76}
 
 
 TIMING_NOTE = ("a timing: machine- and load-dependent, so kept out of the other tables (two runs of the DAG on one "
@@ -374,7 +372,10 @@ def table02_credit_assignment(res: Results) -> list[Table]:
 # §4.4 / §F.3 Tables 3 and 6
 # ------------------------------------------------------------------------------------------------
 
-def _hit_metric(res: Results, task: str, scope: str) -> str:
+def hit_metric(res: Results, task: str, scope: str) -> str:
+    """"hit" (output-hit, §F.3) where the scope's evaluations carry it, else "pass@1"."""
+    if res.evals.empty:
+        return "pass@1"
     df = res.eval_rows(scope, task=task) if scope == MAIN else res.evals[(res.evals.scope == scope)]
     return "hit" if ("hit" in df.columns and df["hit"].notna().any()) else "pass@1"
 
@@ -388,7 +389,7 @@ def table03_continuation(res: Results) -> list[Table]:
     benches = sort_benchmarks(b for v in st.variant_names() for b in res.benchmarks(st.task, st.name, v))
     if not benches:
         return []
-    metric = _hit_metric(res, st.task, st.name)
+    metric = hit_metric(res, st.task, st.name)
     rows, disp = [], []
     for b in [*benches, "average"]:
         line = {"benchmark": benchmark_label(b)}
@@ -1015,7 +1016,7 @@ def tableG6_sync(res: Results) -> list[Table]:
     if st is None:
         return []
     m = st.methods[0]
-    metric = _hit_metric(res, st.task, st.name)
+    metric = hit_metric(res, st.task, st.name)
     label = "output-hit" if metric == "hit" else metric
     benches = sort_benchmarks(b for v in st.variant_names() for b in res.benchmarks(st.task, st.name, v))
     rows, disp = [], []
