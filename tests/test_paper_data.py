@@ -262,6 +262,11 @@ def test_not_run_benchmarks_are_marked_in_tables_and_ledger(tmp_path):
     assert not t1.data["benchmark"].isin(["gaia", "hle"]).any()  # no numbers for them
     md = (write_ledger(res, tmp_path / "tables")[1]).read_text()
     assert f"Not run, so no claim is scored on them: gaia (search: {why}); hle (search: {why})." in md
+    from rtpo.report.cli import run_report   # what `rtpo report tables` writes carries the rows too
+
+    run_report("tables", tmp_path / "results", cfg, tmp_path / "cli_tables", tmp_path / "figs")
+    written = (tmp_path / "cli_tables" / "table01_main.md").read_text()
+    assert "not run" in written and "gaia" in written
     clean = load_results(tmp_path / "results", cfg)
     (tmp_path / "results" / "data" / "search" / "not_run.json").unlink()
     assert load_results(tmp_path / "results", cfg).not_run == {} and clean.not_run

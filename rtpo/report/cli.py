@@ -38,7 +38,7 @@ def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path
     from rtpo.report.figures import FIGURES
     from rtpo.report.ledger import write_ledger
     from rtpo.report.status import write_status
-    from rtpo.report.tables import TABLES, write_table
+    from rtpo.report.tables import TABLES, mark_not_run, write_table
 
     if what not in ("tables", "figures", "ledger", "status", "all"):
         raise ValueError(f"report: unknown part {what!r} (tables | figures | ledger | status | all)")
@@ -55,7 +55,8 @@ def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path
         written += _write_manifest(res, tables_dir)
         for fn in tqdm(TABLES, desc="tables", disable=not progress):
             for t in fn(res):
-                written += write_table(t, tables_dir)
+                # benchmarks the data job left out are 'not run' rows, never silently missing
+                written += write_table(mark_not_run(res, t) if res.not_run else t, tables_dir)
     if what in ("figures", "all"):
         for fn in tqdm(FIGURES, desc="figures", disable=not progress):
             written += fn(res, figures_dir)
