@@ -32,6 +32,7 @@ import torch
 
 pytest.importorskip("verl")
 
+from rtpo.config import method_settings  # noqa: E402
 from rtpo.engine.base import SamplingParams, UpdateConfig  # noqa: E402
 from rtpo.envs.base import Task  # noqa: E402
 from rtpo.methods.advantages import seeupo_advantages, sibling_advantages, tree_grpo_advantages  # noqa: E402
@@ -877,7 +878,7 @@ def test_paper_sync_ablation_overrides_select_the_keep_rollout(tmp_path):
             continue
         assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and r.name == "vllm_keep" and r.n == 1
         assert rollout_keeps_weights(r.name) and c.rtpo.method == "rtpo" and c.rtpo.method_cfg.sync == sync
-        want = {k: v for k, v in c0["method"]["rtpo"].items() if k not in c0["train"] and k != "psi"}
+        want = method_settings(c0, "rtpo", "search")["method"]   # per-task overrides applied (search: 2 trunks)
         assert OmegaConf.to_container(c.rtpo.method_cfg) == want
         cpu = _compose(verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
                                       tmp_path / "v.parquet", cpu=True))
@@ -909,7 +910,7 @@ def test_engine_methods_overrides_compose_with_verl(method, tmp_path):
                                 tmp_path / "v.parquet", cpu=False))
     assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and c.actor_rollout_ref.rollout.n == 1
     assert c.rtpo.method == method
-    want = {k: v for k, v in cfg["method"][method].items() if k not in cfg["train"] and k != "psi"}
+    want = method_settings(cfg, method, "math")["method"]
     assert OmegaConf.to_container(c.rtpo.method_cfg) == want
     R = 4096 if method == "rtpo" else 3 * 4096 + 2 * 512
     assert c.data.max_response_length == R
