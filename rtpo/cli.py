@@ -67,7 +67,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from rtpo.eval.evaluate import evaluate
+    from rtpo.evaluate import evaluate
     from rtpo.inputs import check_model_dir
 
     check_model_dir(args.model)

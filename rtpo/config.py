@@ -84,8 +84,6 @@ def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> Non
 
 def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
     """Validate against the JSON schema; the error names the offending key path."""
-    if not SCHEMA.exists():
-        return
     import jsonschema
 
     schema = yaml.safe_load(SCHEMA.read_text())

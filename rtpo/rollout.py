@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtpo.context import apply_psi, validate_psi
-from rtpo.engine.base import Completion, PolicyEngine, SamplingParams, stop_ids
+from rtpo.engine.base import Completion, Sampler, SamplingParams, stop_ids
 from rtpo.envs.base import Env, Message, Task
 
 EnvFactory = Callable[[Task], Env]
@@ -165,7 +165,7 @@ def between_text_rerendered(tokenizer: Any, messages: list[Message], observation
 class Roller:
     """Runs batched multi-turn rollouts for one task family with a fixed psi and sampling params."""
 
-    def __init__(self, engine: PolicyEngine, env_factory: EnvFactory, psi: str, params: SamplingParams,
+    def __init__(self, engine: Sampler, env_factory: EnvFactory, psi: str, params: SamplingParams,
                  max_context: int | None = None, env_threads: int = 8):
         self.engine, self.env_factory, self.psi, self.params = engine, env_factory, validate_psi(psi), params
         self.env_threads = int(env_threads)  # envs stepped at once (1: one after another)

@@ -65,7 +65,7 @@ def main() -> int:
     os.environ["RTPO_HF_SERVER_THREADS"] = str(a.threads)
     from rtpo.config import load_config
     from rtpo.data import generate_tasks
-    from rtpo.eval.evaluate import evaluate
+    from rtpo.evaluate import evaluate
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

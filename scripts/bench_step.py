@@ -75,7 +75,7 @@ print("RESULT " + json.dumps(out))
 
 
 def run_once(tree: Path, a: argparse.Namespace, method: str, task: str) -> list[dict]:
-    arg = {"config": str(ROOT / a.config), "model": str(ROOT / a.model), "method": method, "task": task,
+    arg = {"config": str(tree / a.config), "model": str(ROOT / a.model), "method": method, "task": task,
            "prompts": a.prompts, "steps": a.steps, "seed": a.seed, "threads": a.threads,
            "train_file": str(ROOT / "results" / "data" / task / "train.jsonl")}
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false",

@@ -9,7 +9,7 @@
 with random numbers (seeded) shaped like the real ones: JSONL keys as rtpo.instrument writes them
 (sorted, nulls where a method lacks the notion: an untrained method has no ratio, KL or advantages;
 a run with `steps: 0`, vanilla in the shipped configs, has no metrics.jsonl at all), eval JSON
-as rtpo.eval.evaluate writes it (per benchmark embedded-{task}-{tier} and "overall").
+as rtpo.evaluate writes it (per benchmark embedded-{task}-{tier} and "overall").
 
 Planted effects, only so both directions of the verdict rule are exercised (this is test data,
 not a result): RTPO's eval pass@1 is PLANT_RTPO_VS_VANILLA above Vanilla's in every seed (on every
@@ -140,7 +140,7 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
 
 def eval_doc(rng: random.Random, method: str, task: str, seed: int, k: int, n: int, model: str,
              bonus: float = 0.0) -> dict[str, Any]:
-    """One eval JSON as rtpo.eval.evaluate writes it (pass@1 = the mean of per_problem's successes / k)."""
+    """One eval JSON as rtpo.evaluate writes it (pass@1 = the mean of per_problem's successes / k)."""
     per = max(1, n // len(TIERS))
     problems = []
     for tier in TIERS:

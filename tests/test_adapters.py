@@ -12,7 +12,7 @@ import pytest
 
 from rtpo.data.adapters import BENCHMARKS, TIERS, AdapterError, load_benchmark, read_records
 from rtpo.envs.base import Task
-from rtpo.eval.metrics import exact_match, math_equal
+from rtpo.metrics import exact_match, math_equal
 
 FIX = Path(__file__).parent / "fixtures" / "benchmarks"
 

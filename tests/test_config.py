@@ -29,3 +29,20 @@ def test_per_task_overrides_apply_to_their_task_only():
 def test_per_task_overrides_are_validated_like_the_section(override, where):
     with pytest.raises(ConfigError, match=f"--set {override}.*'{where}'"):
         load_config(ROOT / "config/config.yaml", [override])
+
+
+def test_the_package_owns_its_schema():
+    """The schema is package data (pyproject's `rtpo = ["**/*.yaml", ...]`), read from beside config.py
+    by `rtpo` and by the workflow (common.smk validates with rtpo.config.SCHEMA); a config that breaks it
+    is refused, whatever directory the command runs in."""
+    import tomllib
+
+    from rtpo.config import SCHEMA
+
+    assert SCHEMA.is_file() and SCHEMA.parent == ROOT / "rtpo"
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["rtpo"]
+    assert any(SCHEMA in (ROOT / "rtpo").glob(pattern) for pattern in data)
+    assert "validate(cfg, schema=str(SCHEMA))" in (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    with pytest.raises(ConfigError, match="invalid config at 'train.lr'"):
+        load_config(ROOT / "config/smoke.yaml", ["train.lr=fast"])
+

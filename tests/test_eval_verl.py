@@ -135,7 +135,7 @@ def test_tool_calls_of_in_flight_trajectories_are_bounded():
     import threading
     import time
 
-    from rtpo.eval.evaluate import BoundedSteps
+    from rtpo.evaluate import BoundedSteps
 
     state = {"now": 0, "max": 0}
     lock = threading.Lock()

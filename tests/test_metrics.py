@@ -1,4 +1,4 @@
-"""Tests for rtpo.eval.metrics: SQuAD EM/F1, output-hit, \\boxed extraction, math equivalence,
+"""Tests for rtpo.metrics: SQuAD EM/F1, output-hit, \\boxed extraction, math equivalence,
 unbiased pass@k (against brute-force enumeration) and trajectory statistics."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rtpo.eval.metrics import (
+from rtpo.metrics import (
     aggregate_pass_at_k, exact_match, extract_boxed, f1_score, math_equal, normalize_answer,
     output_hit, pass_at_k, qa_scores, trajectory_stats,
 )

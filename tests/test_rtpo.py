@@ -65,7 +65,7 @@ def test_stage_k_trains_exactly_the_turn_k_sibling_actions():
     e, roller, m = make("qwen3")
     spy = Spy(e)
     seen = {}
-    orig = m._branches
+    orig = m.branches
 
     def record(trunks, ks, log):
         out = orig(trunks, ks, log)
@@ -73,7 +73,7 @@ def test_stage_k_trains_exactly_the_turn_k_sibling_actions():
         seen["trunks"] = trunks
         return out
 
-    m._branches = record
+    m.branches = record
     m.step(TASKS, 0)
     trunks = seen["trunks"]
     for (rows, _), k in zip(spy.calls, [2, 1, 0]):

@@ -111,88 +111,6 @@ def test_registered_estimators_equal_the_local_functions(name, norm):
     torch.testing.assert_close(out.batch["advantages"], local[:, None] * mask, rtol=0, atol=1e-6)
 
 
-class _Parity:
-    """Toy env whose reward is the parity of the last turn's length: a random model gets spread."""
-
-    def __init__(self, K: int = 2):
-        from rtpo.envs.toy_env import LastTurnEnv
-
-        self.env = LastTurnEnv(max_turns=K)
-        self.max_turns = K
-
-    def reset(self, task):
-        return self.env.reset(task)
-
-    def step(self, text):
-        res = self.env.step(text)
-        if res.done:
-            res.reward = float(len(text) % 2)
-        return res
-
-    def snapshot(self):
-        return self.env.snapshot()
-
-    def restore(self, s):
-        self.env.restore(s)
-
-
-def test_rtpo_stage_rows_reproduce_the_local_advantages():
-    """A recorded RTPO stage (local engine, local RTPO._branches) turned into verl rows by the
-    trainer's `stage_rows`: verl's compute_advantage on those rows gives every sibling exactly the
-    local method's advantage; the trunk member is scored but masked; masks cover the turn's tokens."""
-    from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    import rtpo.verl_ext.plugin  # noqa: F401
-    from rtpo.instrument import StepLog
-    from rtpo.methods.rtpo import RTPO
-    from rtpo.verl_ext.trainer import stage_rows
-
-    eng = tiny.engine(seed=3)
-    roller = Roller(eng, lambda t: _Parity(2), "full", SamplingParams(max_new_tokens=10))
-    method = RTPO(eng, roller, {"trunks": 2, "group_size": 3}, UpdateConfig())
-    tasks = TOY[:3]
-    trunks = method.chains(tasks, 2, "trunk", StepLog())
-    owner = [(f"prompt{i // 2}", "rtpo/toy", i % 2) for i in range(len(trunks))]
-    checked = nonzero = 0
-    for k in (1, 0):
-        members = method._branches(trunks, [k], StepLog())[k]
-        # the local method's advantages (rtpo.methods.rtpo.RTPO.step)
-        scores = [trunks[ti].reward if tr is None else tr.reward for ti, tr, _ in members]
-        local = sibling_advantages(torch.tensor(scores), [ti for ti, _, _ in members])
-        nonzero += int((local != 0).sum())
-        rows = stage_rows(trunks, owner, members, k, prompt_length=256, response_length=16)
-        R = max(len(o.response_ids) for o, *_ in rows)
-        n = len(rows)
-        rewards, mask = torch.zeros(n, R), torch.zeros(n, R)
-        for i, (o, uid, src, sib) in enumerate(rows):
-            m = torch.tensor(o.response_mask, dtype=torch.float)
-            mask[i, :len(m)] = m
-            rewards[i, len(o.response_ids) - 1] = o.reward_score
-            turn = (members[i][1] if sib else trunks[members[i][0]]).turns[k]
-            assert o.prompt_ids == turn.context_ids  # trained under exactly the recorded c_k
-            assert o.response_ids == turn.action_ids
-            assert o.response_mask == [int(sib)] * len(turn.action_ids)  # exactly the turn's tokens
-            assert o.response_logprobs == pytest.approx(turn.logprobs)
-            assert uid == f"{owner[members[i][0]][0]}/t{owner[members[i][0]][2]}/k{k}"
-        from tensordict import TensorDict
-
-        from verl import DataProto
-
-        data = DataProto(batch=TensorDict({"token_level_rewards": rewards, "response_mask": mask}, batch_size=n),
-                         non_tensor_batch={"uid": np.array([r[1] for r in rows], dtype=object)})
-        adv = compute_advantage(data, adv_estimator="rtpo_sibling", norm_adv_by_std_in_grpo=False,
-                                config=None).batch["advantages"]
-        for i, (_, _, _, sib) in enumerate(rows):
-            if sib:
-                m = mask[i].bool()
-                torch.testing.assert_close(adv[i][m], torch.full((int(m.sum()),), float(local[i])), rtol=0, atol=1e-6)
-                checked += 1
-            else:
-                assert adv[i].abs().sum() == 0
-    assert checked == 2 * (3 * 2) * 2  # (K = 2 stages) x (3 prompts x 2 trunks) x (G-1 = 2 siblings)
-    assert nonzero > 0  # the parity reward spreads: the comparison is not between zeros
-
-
 # ------------------------------------------------------------------ VerlEngine (the engine seam on verl), without Ray
 class _FakeTQ:
     """TransferQueue's kv API in memory: per-key tensor fields, returned as jagged tensors (as
@@ -232,7 +150,7 @@ class _FakeVerlTrainer:
     servers its rollout model (a push = LocalEngine.sync), `_balance_batch` appends one verl-style
     padding row, `_update_actor_whole` records what the actor would train on."""
 
-    from rtpo.verl_ext.trainer import _RTPOMixin as _M
+    from rtpo.verl_ext.trainer import RTPOTrainerMixin as _M
 
     _measure_rollout_consistency = _M._measure_rollout_consistency
     _old_from_rollout = _M._old_from_rollout
@@ -835,10 +753,11 @@ def test_paper_config_overrides_compose_with_verl(method, tmp_path):
     assert c.trainer.n_gpus_per_node == 8 and r.name == "vllm" and r.tensor_model_parallel_size == 2
     assert r.gpu_memory_utilization == 0.6 and r.agent.default_agent_loop == "rtpo_agent"
     assert c.rtpo.psi == "qwen3" and c.rtpo.env.max_turns == 3 and c.rtpo.max_new_tokens == 4096
-    if method == "rtpo":
-        assert c.trainer.v1.trainer_mode == "rtpo_sync" and c.algorithm.adv_estimator == "rtpo_sibling"
+    if method == "rtpo":  # the local RTPO on VerlEngine; c_k bounded by the prompt slot (E.3: 8192)
+        assert c.trainer.v1.trainer_mode == "rtpo_engine_sync"
         assert r.n == 1 and c.rtpo.method_cfg.trunks == 4 and c.rtpo.method_cfg.group_size == 3
-        assert c.data.max_response_length == 4096 and not c.algorithm.norm_adv_by_std_in_grpo
+        assert c.data.max_response_length == 4096 and not c.rtpo.method_cfg.adv_norm_std
+        assert c.rtpo.rollout_max_context == 8192
     else:
         assert c.trainer.v1.trainer_mode == "rtpo_chain_sync" and c.algorithm.adv_estimator == "grpo"
         assert r.n == 16 and c.data.max_response_length == 3 * 4096 + 2 * 512
@@ -850,10 +769,10 @@ def test_paper_config_overrides_compose_with_verl(method, tmp_path):
 
 
 def test_paper_sync_ablation_overrides_select_the_keep_rollout(tmp_path):
-    """The G.6 ablation of config/paper.yaml (ablations.sync on search, engine verl): per_stage stays on
-    rtpo_sync with vLLM; interval:N and kl:tau run the local RTPO on VerlEngine (rtpo_engine_sync) with
-    the rollout whose servers keep their weights across sleep (vllm_keep; hf_keep on the CPU harness),
-    and the plugin registers that rollout with verl (verl's own vLLM adapter, no vLLM import)."""
+    """The G.6 ablation of config/paper.yaml (ablations.sync on search, engine verl): every mode runs the
+    local RTPO on VerlEngine (rtpo_engine_sync); per_stage on vLLM, interval:N and kl:tau on the rollout
+    whose servers keep their weights across sleep (vllm_keep; hf_keep on the CPU harness), and the
+    plugin registers that rollout with verl (verl's own vLLM adapter, no vLLM import)."""
     import rtpo.verl_ext.plugin  # noqa: F401  (registers vllm_keep)
     from omegaconf import OmegaConf
     from verl.workers.rollout import base as rollout_base
@@ -874,7 +793,7 @@ def test_paper_sync_ablation_overrides_select_the_keep_rollout(tmp_path):
         c = _compose(ov)
         r = c.actor_rollout_ref.rollout
         if sync == "per_stage":
-            assert c.trainer.v1.trainer_mode == "rtpo_sync" and r.name == "vllm"
+            assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and r.name == "vllm"
             continue
         assert c.trainer.v1.trainer_mode == "rtpo_engine_sync" and r.name == "vllm_keep" and r.n == 1
         assert rollout_keeps_weights(r.name) and c.rtpo.method == "rtpo" and c.rtpo.method_cfg.sync == sync
@@ -927,7 +846,7 @@ def test_gpu_smoke_overrides_compose_with_verl(tmp_path):
     r = c.actor_rollout_ref.rollout
     assert r.name == "vllm" and r.enforce_eager and r.n == 1 and c.trainer.n_gpus_per_node == 1
     assert c.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
-    assert c.rtpo.env.reward == "parity" and c.trainer.v1.trainer_mode == "rtpo_sync"
+    assert c.rtpo.env.reward == "parity" and c.trainer.v1.trainer_mode == "rtpo_engine_sync"
 
 
 def test_cpu_platform_and_gloo_backend():
@@ -1065,7 +984,7 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
             assert t["groups"] == 4 and t["trained_tokens"] > 0
         assert r["tokens"]["sibling"] > 0 and r["tokens"]["continuation"] > 0 and r["tokens"]["trunk"] > 0
         assert r["rollouts_per_prompt"] == 2 * (1 + 2 * 2 + 1)  # trunks + (stage 1: 2 sibs) + (stage 0: 2 sibs + 1 cont)
-        assert r["syncs"] == 2  # pushes: before stage 0, and at the step's end (for the next trunks)
+        assert r["syncs"] == 3  # the local count: before the trunks and before each of the K = 2 stages
     _assert_trained(recs)
     assert (out / "final" / "config.json").exists() and (out / "summary.json").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
@@ -1267,7 +1186,7 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
     assert main(argv) == 0
     cmd = seen["cmd"]
     assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
-    assert "actor_rollout_ref.actor.optim.lr=0.0005" in cmd and "trainer.v1.trainer_mode=rtpo_sync" in cmd
+    assert "actor_rollout_ref.actor.optim.lr=0.0005" in cmd and "trainer.v1.trainer_mode=rtpo_engine_sync" in cmd
     assert f"+rtpo.metrics_path={out / 'metrics.jsonl'}" in cmd and "+rtpo.psi=qwen3" in cmd
     assert seen["env"]["VERL_USE_EXTERNAL_MODULES"].split(",") == ["rtpo.verl_ext.cpu", "rtpo.verl_ext.plugin"]
     assert seen["env"]["VERL_PLATFORM"] == "cpu"  # no GPU here: the CPU harness

@@ -3,6 +3,10 @@
 A method hands the engine token ids and gets token ids and logprobs back; it builds `Row`s with
 advantages and loss masks and asks for an update. The engine never knows which method runs.
 
+The contracts (Protocols): `Sampler` (what the rollout needs), `PolicyEngine` (what the methods need),
+`ExportingEngine` (what the local training loop needs). tests/test_engine_seam.py holds every engine
+to the signatures here.
+
 Two weight sets exist behind the seam, as in verl (FSDP actor + vLLM rollout): the *training*
 weights, changed by `update`, and the *inference* weights that `sample` uses. `sync()` copies
 training -> inference and bumps `weight_version`. A method that wants on-policy sampling syncs
@@ -11,6 +15,7 @@ before it samples; one that lets the inference weights lag sees it in the measur
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -101,22 +106,57 @@ class UpdateStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class PolicyEngine(Protocol):
-    tokenizer: Any
-    weight_version: int             # version of the inference weights (bumped by sync)
-    train_version: int              # number of optimizer steps taken on the training weights
+class Sampler(Protocol):
+    """What the rollout (`rtpo.rollout.Roller`) and the evaluation need: sampling with the inference
+    weights. LocalEngine, VerlEngine and verl's ServerEngine (rollout servers only) are samplers."""
+
+    tokenizer: Any                  # the policy's tokenizer: chat template, stop ids (`stop_ids`)
     max_context: int                # prompt + response tokens the model accepts
+    weight_version: int             # version of the inference weights (bumped by sync)
 
     def sample(self, contexts: list[list[int]], params: SamplingParams,
-               seeds: list[int] | None = None) -> list[Completion]: ...
+               seeds: list[int] | None = None) -> list[Completion]:
+        """One completion per context, sampled with the inference weights; seeds: one per context
+        (a request's sample depends on its seed, context and the weights only), None = the engine's."""
+        ...
 
-    def logprobs(self, contexts: list[list[int]], completions: list[list[int]],
-                 temperature: float = 1.0) -> list[list[float]]: ...
 
-    def update(self, rows: list[Row], cfg: UpdateConfig) -> UpdateStats: ...
+class PolicyEngine(Sampler, Protocol):
+    """The seam every method talks to (rtpo.methods): sampling, scoring, the PPO update, the weight
+    sync and the engine's checkpoint. LocalEngine and VerlEngine implement it; tests/test_engine_seam.py
+    checks both against these signatures."""
 
-    def sync(self) -> None: ...
+    train_version: int              # number of optimizer steps taken on the training weights
 
-    def save(self, path: str) -> None: ...
+    def logprobs(self, contexts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
+                 weights: str = "train") -> list[list[float]]:
+        """Per-token logprobs of completions[i] after contexts[i] under the training weights, or the
+        inference weights with weights="inference" (RTPO's kl:tau sync measures their distance)."""
+        ...
 
-    def load(self, path: str) -> None: ...
+    def update(self, rows: list[Row], cfg: UpdateConfig, temperature: float = 1.0) -> UpdateStats:
+        """One PPO update of the training weights on the mask == 1 tokens of rows (temperature: the
+        sampling temperature the rows' logprobs were scaled by); ratio and KL measured before the step."""
+        ...
+
+    def sync(self) -> None:
+        """Training -> inference weights; bumps weight_version."""
+        ...
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the engine's state (weights, optimizer, RNG, counters: what it owns) under `path`."""
+        ...
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restore what `save` wrote."""
+        ...
+
+
+class ExportingEngine(PolicyEngine, Protocol):
+    """What the local training loop (rtpo.train) needs beyond the seam: the trained model as a Hugging
+    Face directory. LocalEngine has it; on verl, verl's checkpoint and model merger write final/
+    (rtpo.verl_ext.launch), so VerlEngine has no export."""
+
+    def export(self, path: str | os.PathLike) -> None:
+        """Write the training weights and the tokenizer as a Hugging Face model directory."""
+        ...

@@ -2,7 +2,7 @@
 an external calculation tool; K = 3, §E.3).
 
 Reward: 1.0 if the last ``\\boxed{}`` outside ``<think>`` blocks of the final turn equals the gold
-answer under `rtpo.eval.metrics.math_equal`, else 0.0. Metrics: {"correct"}. When the gold is an
+answer under `rtpo.metrics.math_equal`, else 0.0. Metrics: {"correct"}. When the gold is an
 integer and the prediction a plain number, they must be exactly equal: math_equal's relative
 tolerance (1e-6) would accept 7006651 for 7006652, and embedded answers reach ~1e8.
 A sandbox failure (exception, timeout) is an ``Error: ...`` observation and a tool error.
@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from rtpo.envs.tool_env import ToolEnv
-from rtpo.eval.metrics import extract_boxed, math_equal
+from rtpo.metrics import extract_boxed, math_equal
 from rtpo.tools.parse import ToolCall, ToolSpec, strip_think
 
 __all__ = ["MathEnv", "PYTHON_SPEC", "answer_correct"]

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from rtpo.envs.base import Task
 from rtpo.envs.search_kb import build_corpus
 from rtpo.envs.tool_env import ToolEnv
-from rtpo.eval.metrics import qa_scores
+from rtpo.metrics import qa_scores
 from rtpo.retrieval.bm25 import BM25Index, get_index, load_corpus
 from rtpo.retrieval.core import RetrievalError
 from rtpo.tools.parse import ToolCall, strip_think

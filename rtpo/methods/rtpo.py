@@ -14,6 +14,11 @@ One training step on a batch of prompts:
       PPO update on the turn-k sibling tokens only, old logprobs = those recorded at sampling.
       Trunk tokens, shared prefixes and continuation tokens get no gradient.
 
+The step is written with the stage-level API it shares with every engine: `stages(trunks)` (K-1 .. 0),
+`probe(trunks, k)` (what kl:tau measures), `branches(trunks, ks, log)` (the group members of the
+boundaries S_k: siblings and the trunk's regenerated continuation) and `stage(trunks, members, k)`
+(returns, advantages, rows). On verl the same `step` runs over `rtpo.verl_ext.engine.VerlEngine`.
+
 Synchronisation modes (G.6): per_stage (default), interval:N (sync every N stages), kl:tau (sync
 when KL(inference || train) on the stage's trunk actions exceeds tau). When the inference weights
 lag, siblings are sampled by stale weights and the measured ratio honestly differs from 1.
@@ -26,6 +31,7 @@ trajectory-level importance weight w = min(prod over its continuation tokens of 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,6 +42,21 @@ from rtpo.instrument import StepLog
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.base import Method
 from rtpo.rollout import Start, Trajectory
+
+# a member of a sibling group at S_k: (trunk index, its trajectory or None, is_sibling)
+Member = tuple[int, Trajectory | None, bool]
+
+
+@dataclass
+class Stage:
+    """One stage of the reverse sweep, ready to train: the group members of every boundary S_k, the
+    rows (one per sibling) and their advantages; `groups` = the trunks that reached S_k."""
+
+    k: int
+    members: list[Member]
+    rows: list[Row]
+    advantages: list[float]
+    groups: int
 
 
 class RTPO(Method):
@@ -86,48 +107,39 @@ class RTPO(Method):
         log = StepLog()
         self.maybe_sync(log, [])  # trunks are sampled by the (synced) current policy
         trunks = self.chains(tasks, self.trunks, "trunk", log)
-        K = max((len(t.turns) for t in trunks), default=0)
-
-        tree: dict[int, list[tuple[int, Trajectory | None, bool]]] = {}
-        if self.off_policy:  # sample every stage's branches now, under theta_0
+        tree: dict[int, list[Member]] = {}
+        if self.off_policy:  # sample every stage's branches now, under theta_0 (in the order k = 0 .. K-1)
             with log.phase("siblings"):
-                tree = self._branches(trunks, list(range(K)), log)
-
-        for k in reversed(range(K)):
-            at_k = [i for i, t in enumerate(trunks) if len(t.turns) > k]
+                tree = self.branches(trunks, sorted(self.stages(trunks)), log)
+        for k in self.stages(trunks):
             if not self.off_policy:
-                self.maybe_sync(log, [(trunks[i].turns[k].context_ids, trunks[i].turns[k].action_ids,
-                                       trunks[i].turns[k].logprobs) for i in at_k])
+                self.maybe_sync(log, self.probe(trunks, k))
                 with log.phase("siblings"):
-                    tree.update(self._branches(trunks, [k], log))
-            members = tree.get(k, [])
+                    tree.update(self.branches(trunks, [k], log))
             with log.phase("update"):
-                scores, keys, sib_rows = [], [], []
-                weights = self._is_weights(members, k) if self.off_policy else [1.0] * len(members)
-                for (ti, traj, is_sibling), w in zip(members, weights):
-                    ret = trunks[ti].reward if traj is None else traj.reward
-                    scores.append(w * ret)
-                    keys.append(ti)
-                    if is_sibling:
-                        sib_rows.append((len(scores) - 1, traj))
-                adv = sibling_advantages(torch.tensor(scores), keys, self.norm_std, self.loo) if scores else torch.zeros(0)
-                rows, advs = [], []
-                for j, traj in sib_rows:
-                    turn = traj.turns[k]
-                    a = float(adv[j])
-                    rows.append(Row(turn.context_ids, turn.action_ids, turn.logprobs, [a] * len(turn.action_ids),
-                                    [1] * len(turn.action_ids), group=f"{traj.task.id}/{keys[j]}/{k}"))
-                    advs.append(a)
-                if rows:
-                    stats = self.engine.update(rows, self.update_cfg, self.temperature)
-                    log.add_update(stats, advs, k=k, groups=len(at_k))
+                stage = self.stage(trunks, tree.get(k, []), k)
+                if stage.rows:
+                    stats = self.engine.update(stage.rows, self.update_cfg, self.temperature)
+                    log.add_update(stats, stage.advantages, k=k, groups=stage.groups)
         return log.record(trunks, len(tasks))
 
-    # -------------------------------------------------------------- tree construction
-    def _branches(self, trunks: list[Trajectory], ks: list[int], log: StepLog
-                  ) -> dict[int, list[tuple[int, Trajectory | None, bool]]]:
-        """For each stage k in ks and each trunk reaching S_k: G-1 siblings (is_sibling=True) and the
-        trunk's own member (its continuation regenerated from S_{k+1}; None if the trunk ended at k)."""
+    # -------------------------------------------------------------- the stages of a step
+    @staticmethod
+    def stages(trunks: list[Trajectory]) -> list[int]:
+        """The turn indices k of a step's stages, in the order they are trained: K-1 down to 0."""
+        return list(reversed(range(max((len(t.turns) for t in trunks), default=0))))
+
+    @staticmethod
+    def probe(trunks: list[Trajectory], k: int) -> list[tuple[list[int], list[int], list[float]]]:
+        """(c_k, action ids, rollout logprobs) of the turn-k actions of the trunks that reached S_k:
+        what kl:tau measures the inference-train distance on before stage k."""
+        return [(t.turns[k].context_ids, t.turns[k].action_ids, t.turns[k].logprobs) for t in trunks if len(t.turns) > k]
+
+    def branches(self, trunks: list[Trajectory], ks: list[int], log: StepLog) -> dict[int, list[Member]]:
+        """Each stage k in ks: its group members (trunk index, trajectory or None, is_sibling), sampled
+        in one batch: for each trunk reaching S_k, G-1 siblings (restored from the snapshot, sampled
+        from exactly c_k, continued to termination) and the trunk's own member (its continuation
+        regenerated from S_{k+1} under the current policy; None if the trunk ended at turn k)."""
         starts, owners = [], []
         for k in ks:
             for ti, t in enumerate(trunks):
@@ -139,7 +151,7 @@ class RTPO(Method):
                 if len(t.turns) > k + 1:
                     starts.append(Start(t.task, source=t, k=k + 1, first_kind="continuation", rest_kind="continuation"))
                     owners.append((k, ti, False))
-        out: dict[int, list[tuple[int, Trajectory | None, bool]]] = {k: [] for k in ks}
+        out: dict[int, list[Member]] = {k: [] for k in ks}
         done = self.roller.run(starts) if starts else []
         log.add_trajectories(done)
         for (k, ti, sib), traj in zip(owners, done):
@@ -150,7 +162,30 @@ class RTPO(Method):
                     out[k].append((ti, None, False))
         return out
 
-    def _is_weights(self, members: list[tuple[int, Trajectory | None, bool]], k: int) -> list[float]:
+    def stage(self, trunks: list[Trajectory], members: list[Member], k: int) -> Stage:
+        """Stage k's training rows from its group members (`branches`): each member's return (times its
+        clamped IS weight in the off-policy variant), the sibling-relative advantages within each
+        boundary S_k, and one Row per sibling (prompt = c_k, response = its turn-k action, mask all
+        ones). The trunk's member enters the group mean only."""
+        scores, keys, sib_rows = [], [], []
+        weights = self._is_weights(members, k) if self.off_policy else [1.0] * len(members)
+        for (ti, traj, is_sibling), w in zip(members, weights):
+            ret = trunks[ti].reward if traj is None else traj.reward
+            scores.append(w * ret)
+            keys.append(ti)
+            if is_sibling:
+                sib_rows.append((len(scores) - 1, traj))
+        adv = sibling_advantages(torch.tensor(scores), keys, self.norm_std, self.loo) if scores else torch.zeros(0)
+        rows, advs = [], []
+        for j, traj in sib_rows:
+            turn = traj.turns[k]
+            a = float(adv[j])
+            rows.append(Row(turn.context_ids, turn.action_ids, turn.logprobs, [a] * len(turn.action_ids),
+                            [1] * len(turn.action_ids), group=f"{traj.task.id}/{keys[j]}/{k}"))
+            advs.append(a)
+        return Stage(k, members, rows, advs, groups=sum(len(t.turns) > k for t in trunks))
+
+    def _is_weights(self, members: list[Member], k: int) -> list[float]:
         """Clamped trajectory-level IS weights of the members' continuations (turns > k) under the current weights."""
         ctx, acts, olds, owner = [], [], [], []
         for m, (_, traj, _) in enumerate(members):

@@ -6,8 +6,8 @@ Modules (importing this package imports none of them, so `rtpo` stays light):
   advantages    verl advantage estimators calling `rtpo.methods.advantages`
   agent_loop    `RTPOAgentLoop`: rtpo envs + tool parser + psi as a verl AgentLoopBase
   server_engine `ServerEngine`: rtpo's Roller sampling through verl's LLM server client
-  trainer       the V1 trainer modes: "rtpo_sync" (RTPO's reverse sweep), "rtpo_chain_sync" (GRPO on
-                verl's pipeline), "rtpo_engine_sync" (any local method on `VerlEngine`)
+  trainer       the V1 trainer modes: "rtpo_engine_sync" (every local method, RTPO included, on
+                `VerlEngine`), "rtpo_chain_sync" (GRPO on verl's own pipeline)
   engine        `VerlEngine`: rtpo's engine seam (PolicyEngine) inside a verl trainer process
   data          task files -> verl parquet datasets
   launch        `rtpo train --engine verl`: config -> Hydra overrides -> verl's main_ppo (local or Slurm)

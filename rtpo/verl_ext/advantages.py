@@ -10,6 +10,9 @@ methods call, so the two engines share one implementation. verl calls a register
 per-row score is the summed token-level reward (the terminal reward sits on the last response
 token); the advantage is broadcast over the row's response tokens and is 0 where the mask is 0.
 
+rtpo's own trainers call none of them (on `VerlEngine` the methods compute their advantages with the
+same functions): they serve verl-native pipelines that train rtpo's rows with verl's own trainer.
+
 Names and what `uid` must carry:
   rtpo_sibling      uid = the boundary-state id S_k: the trunk's turn-k action and its siblings share
                     it (paper §3.2). A = R - mean(group); / (std + eps) when

@@ -153,13 +153,12 @@ class RTPOAgentLoop(AgentLoopBase):
                             int(self.rollout_config.response_length), keep=keep)
 
 
-def build_output(traj: Trajectory, row: Any, prompt_length: int, response_length: int, keep: bool = False,
-                 mask_value: int = 1) -> AgentLoopOutput:
+def build_output(traj: Trajectory, row: Any, prompt_length: int, response_length: int,
+                 keep: bool = False) -> AgentLoopOutput:
     """verl's `AgentLoopOutput` of a trajectory: the flat row (row="flat") or turn k's row (row=k).
 
-    mask_value: 0 gives a row that is scored but never trained (RTPO's trunk member of a sibling
-    group: it enters the group mean, not the loss). A response longer than `response_length` is cut
-    (recorded in extra_fields["rtpo"]["response_cut"]); a prompt longer than `prompt_length` is an error.
+    A response longer than `response_length` is cut (recorded in extra_fields["rtpo"]["response_cut"]);
+    a prompt longer than `prompt_length` is an error.
     """
     r = flat_row(traj) if row == "flat" else turn_row(traj, int(row))
     P, R = int(prompt_length), int(response_length)
@@ -173,7 +172,7 @@ def build_output(traj: Trajectory, row: Any, prompt_length: int, response_length
         extra["rtpo"]["response_cut"] = len(r["response_ids"]) - R
     if keep:
         extra["rtpo_trajectory"] = traj
-    mask = [m * int(mask_value) for m in r["response_mask"][:R]]
-    return AgentLoopOutput(prompt_ids=r["prompt_ids"], response_ids=r["response_ids"][:R], response_mask=mask,
+    return AgentLoopOutput(prompt_ids=r["prompt_ids"], response_ids=r["response_ids"][:R],
+                           response_mask=r["response_mask"][:R],
                            response_logprobs=r["response_logprobs"][:R], reward_score=float(traj.reward),
                            num_turns=len(traj.messages), metrics=AgentLoopMetrics(), extra_fields=extra)

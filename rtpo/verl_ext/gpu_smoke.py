@@ -103,7 +103,7 @@ def eval_smoke(out: Path, model: Path, problems: int, gpus: int) -> tuple[int, l
     Problems: the first of results/data/<task>/eval.jsonl when the data rules made it, else embedded ones."""
     from rtpo.config import ROOT
     from rtpo.data import generate_tasks, read_tasks
-    from rtpo.eval.evaluate import evaluate
+    from rtpo.evaluate import evaluate
 
     cfg = eval_config(gpus, model)
     v = cfg["verl"]

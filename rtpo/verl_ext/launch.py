@@ -20,17 +20,13 @@ prompt_length, response_length, obs_tokens, agent_workers, env_factory, override
 Hydra overrides appended last).
 
 Methods on verl (`VERL_METHODS`, `trainer_mode`):
-  rtpo, rtpo_ca   "rtpo_sync" (RTPO's reverse sweep on verl's pipeline); with
-                  ``continuation: off_policy`` "rtpo_engine_sync" (the local RTPO through VerlEngine:
-                  the whole tree is sampled before any update, so no stale inference weights are
-                  needed). ``sync: interval:N | kl:tau`` (paper G.6) "rtpo_engine_sync" too, on the
-                  rollout variant whose servers keep their weights across sleep (`keep_rollout`:
-                  vllm -> "vllm_keep", vLLM sleep level 1; the CPU harness's hf -> "hf_keep"): they
-                  sample (and kl:tau scores) from stale inference weights, which the default
-                  rollouts' sleep (vLLM level 2) discards.
+  rtpo, rtpo_ca, tree_grpo, arpo, seeupo
+                  "rtpo_engine_sync": the local method's `step` on `VerlEngine` (engine.py). RTPO's
+                  ``sync: interval:N | kl:tau`` (paper G.6) run on the rollout variant whose servers
+                  keep their weights across sleep (`keep_rollout`: vllm -> "vllm_keep", vLLM sleep
+                  level 1; the CPU harness's hf -> "hf_keep"): they sample (and kl:tau scores) from
+                  stale inference weights, which the default rollouts' sleep (vLLM level 2) discards.
   grpo            "rtpo_chain_sync" (verl's own sync trainer on flat rows, algorithm.adv_estimator=grpo).
-  tree_grpo, arpo, seeupo
-                  "rtpo_engine_sync": the local method's `step` on `VerlEngine` (engine.py).
   vanilla         (train.steps 0) no verl run: final/ is a copy of the base model, plus summary.json,
                   the files the local engine writes for an untrained run (`write_untrained`).
 """
@@ -52,8 +48,8 @@ from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VER
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
 SLURM_SCRIPT = HERE / "slurm_ray.sh"
-# method -> V1 trainer mode (`trainer_mode` refines rtpo's by its settings; vanilla runs no trainer)
-VERL_METHODS = {"rtpo": "rtpo_sync", "rtpo_ca": "rtpo_sync", "grpo": "rtpo_chain_sync",
+# method -> V1 trainer mode (vanilla runs no trainer)
+VERL_METHODS = {"rtpo": "rtpo_engine_sync", "rtpo_ca": "rtpo_engine_sync", "grpo": "rtpo_chain_sync",
                 "tree_grpo": "rtpo_engine_sync", "arpo": "rtpo_engine_sync", "seeupo": "rtpo_engine_sync",
                 "vanilla": None}
 TURN_ROW_METHODS = ("rtpo", "rtpo_ca")  # rows (c_k, one turn); the others train flattened or full-history rows
@@ -71,9 +67,7 @@ def trainer_mode(method: str, m: dict[str, Any]) -> str:
         cont = str(m.get("continuation", "on_policy"))
         if cont not in ("on_policy", "off_policy"):
             raise ValueError(f"{method}.continuation must be on_policy or off_policy, got {cont!r}")
-        if cont == "off_policy" or needs_keep_weights(method, m):
-            return "rtpo_engine_sync"
-        return "rtpo_sync"
+        needs_keep_weights(method, m)  # validates the sync mode
     return str(VERL_METHODS[method])
 
 
@@ -214,19 +208,16 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
             o.append(f"+rtpo.env.{k}={val}")
     if v.get("env_factory"):
         o.append(f"+rtpo.env_factory={v['env_factory']}")
-    if mode == "rtpo_sync":
-        est = "rtpo_sibling_loo" if m.get("leave_one_out") else "rtpo_sibling"
-        o += [f"algorithm.adv_estimator={est}", f"algorithm.norm_adv_by_std_in_grpo={bool(m.get('adv_norm_std', False))}",
-              "actor_rollout_ref.rollout.n=1",
-              "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
-        for k in ("trunks", "group_size", "sync", "continuation"):
-            if k in m:
-                o.append(f"+rtpo.method_cfg.{k}={m[k]}")
-    elif mode == "rtpo_engine_sync":
+    if mode == "rtpo_engine_sync":
         # the method computes its own advantages (rtpo.methods.advantages): verl's estimator never runs
         o += ["algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=1",
               "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
         o += [f"+rtpo.method_cfg.{k}={hydra_value(val, f'{method}.{k}')}" for k, val in sorted(m.items())]
+        # RTPO's rows are (c_k, turn k): c_k must fit the prompt slot, so the rollout ends a trajectory
+        # before a context reaches prompt_length (E.3: 8192-token prompts); flat and full-history rows
+        # hold the whole episode, bounded by prompt_length + response_length (the engine's max_context)
+        if method in TURN_ROW_METHODS:
+            o.append(f"+rtpo.rollout_max_context={P}")
     else:
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]

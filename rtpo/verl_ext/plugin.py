@@ -5,7 +5,7 @@ every process (driver, TaskRunner, workers, agent-loop workers), which is where 
 filled. Importing this module registers:
   * the advantage estimators rtpo_sibling, rtpo_sibling_loo, tree_grpo, seeupo (`advantages.py`);
   * the agent loop "rtpo_agent" (`agent_loop.py`);
-  * the V1 trainer modes "rtpo_sync", "rtpo_chain_sync" and "rtpo_engine_sync" (`trainer.py`);
+  * the V1 trainer modes "rtpo_engine_sync" and "rtpo_chain_sync" (`trainer.py`);
   * the rollout "vllm_keep" (`vllm_keep.py`: vLLM servers that keep their weights across sleep; vLLM
     itself is imported only when such servers are launched).
 The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the rollouts "hf" / "hf_keep").

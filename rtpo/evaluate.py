@@ -28,7 +28,7 @@ from rtpo.progress import progress as tqdm
 from rtpo.atomic import atomic_write_text
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams
-from rtpo.eval.metrics import aggregate_pass_at_k, trajectory_stats
+from rtpo.metrics import aggregate_pass_at_k, trajectory_stats
 from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start, Trajectory
 from rtpo.train import build_engine, env_factory, load_tasks

@@ -1,6 +1,6 @@
-"""Evaluation metrics: QA scores, math answer equivalence, unbiased pass@k, trajectory statistics.
+"""The field's metrics: QA scores, math answer equivalence, unbiased pass@k, trajectory statistics.
 
-These functions are shared by the environments (terminal rewards) and by `rtpo.eval.evaluate`
+These functions are shared by the environments (terminal rewards) and by `rtpo.evaluate`
 (the eval JSON of docs/ARCHITECTURE.md). All are pure functions of strings / numbers.
 
 QA (paper §4.1, Table 1; §F.3, Table 6):
