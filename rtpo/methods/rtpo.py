@@ -14,7 +14,7 @@ One training step on a batch of prompts:
       PPO update on the turn-k sibling tokens only, old logprobs = those recorded at sampling.
       Trunk tokens, shared prefixes and continuation tokens get no gradient.
 
-The step is written with the stage-level API it shares with every engine: `stages(trunks)` (K-1 .. 0),
+The step is written with an engine-agnostic stage-level API: `stages(trunks)` (K-1 .. 0),
 `probe(trunks, k)` (what kl:tau measures), `branches(trunks, ks, log)` (the group members of the
 boundaries S_k: siblings and the trunk's regenerated continuation) and `stage(trunks, members, k)`
 (returns, advantages, rows). On verl the same `step` runs over `rtpo.verl_ext.engine.VerlEngine`.
@@ -49,11 +49,10 @@ Member = tuple[int, Trajectory | None, bool]
 
 @dataclass
 class Stage:
-    """One stage of the reverse sweep, ready to train: the group members of every boundary S_k, the
-    rows (one per sibling) and their advantages; `groups` = the trunks that reached S_k."""
+    """One stage of the reverse sweep, ready to train: the rows (one per sibling of every boundary S_k)
+    and their advantages; `groups` = the trunks that reached S_k."""
 
     k: int
-    members: list[Member]
     rows: list[Row]
     advantages: list[float]
     groups: int
@@ -183,7 +182,7 @@ class RTPO(Method):
             rows.append(Row(turn.context_ids, turn.action_ids, turn.logprobs, [a] * len(turn.action_ids),
                             [1] * len(turn.action_ids), group=f"{traj.task.id}/{keys[j]}/{k}"))
             advs.append(a)
-        return Stage(k, members, rows, advs, groups=sum(len(t.turns) > k for t in trunks))
+        return Stage(k, rows, advs, groups=sum(len(t.turns) > k for t in trunks))
 
     def _is_weights(self, members: list[Member], k: int) -> list[float]:
         """Clamped trajectory-level IS weights of the members' continuations (turns > k) under the current weights."""
