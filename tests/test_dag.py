@@ -126,13 +126,16 @@ def test_train_stamp_follows_upstream_settings(cpu):
     d = dag.Dag(cpu)
     stamp = d.train_stamp("grpo", "math")
     assert stamp == d.train_stamp("grpo", "math")
-    for path, value in (("sft.imperfection", 0.5), ("method.grpo.chains", 4), ("env.math.max_turns", 2)):
+    for path, value in (("sft.imperfection", 0.5), ("method.grpo.per_task.math.chains", 4),
+                        ("method.grpo.lr", 1e-3), ("env.math.max_turns", 2)):
         c = copy.deepcopy(cpu)
         set_path(c, f"{path}={value}")
         assert dag.Dag(c).train_stamp("grpo", "math") != stamp, path
-    c = copy.deepcopy(cpu)
-    c["model"]["threads"] = 7  # speed only
-    assert dag.Dag(c).train_stamp("grpo", "math") == stamp
+    for path, value in (("model.threads", 7),                     # speed only
+                        ("method.grpo.per_task.airline.chains", 4)):  # another task's budget
+        c = copy.deepcopy(cpu)
+        set_path(c, f"{path}={value}")
+        assert dag.Dag(c).train_stamp("grpo", "math") == stamp, path
 
 
 def test_gpu_rules_and_cross_references(cpu):
