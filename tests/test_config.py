@@ -12,15 +12,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_per_task_overrides_apply_to_their_task_only():
+    shipped = load_config(ROOT / "config/config.yaml", [])
     cfg = load_config(ROOT / "config/config.yaml", ["method.grpo.per_task.search.chains=14",
                                                     "method.rtpo.per_task.math.trunks=3"])
-    base_chains = cfg["method"]["grpo"]["chains"]
-    shipped = load_config(ROOT / "config/config.yaml", [])["method"]["grpo"].get("per_task") or {}
     assert method_settings(cfg, "grpo", "search")["method"]["chains"] == 14
-    for task in ("math", "airline"):  # the other tasks keep the shipped per-task budget, or the method's own
-        assert method_settings(cfg, "grpo", task)["method"]["chains"] == (shipped.get(task) or {}).get("chains", base_chains)
     assert method_settings(cfg, "rtpo", "math")["method"]["trunks"] == 3
     assert "per_task" not in method_settings(cfg, "rtpo", "math")["method"]
+    # every other (method, task) cell keeps exactly the shipped settings
+    for method, task in [("grpo", "math"), ("grpo", "airline"), ("rtpo", "search"), ("rtpo", "airline")]:
+        assert method_settings(cfg, method, task) == method_settings(shipped, method, task), (method, task)
 
 
 @pytest.mark.parametrize("override, where", [
