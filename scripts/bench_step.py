@@ -12,8 +12,10 @@ timing `--steps` method steps of `--prompts` prompts. The old code is a git work
 Per pair it records the step wall-clock (median over the steps after the first, which warms up),
 generated tokens (the step record's token counts), prefilled tokens (context tokens run through
 the model to start sampling: the old engine prefills every context, the new one each distinct
-context once) and tokens/s. Prints per cell the medians, the old/new ratio with its spread over the
-pairs, and, per task, RTPO / GRPO of the new code.
+context once), tokens/s, and how the step samples: `engine.sample` calls per step and requests per
+call (RTPO's reverse stages sample in several small batches, GRPO's chains in a few large ones).
+Prints per cell the medians, the old/new ratio with its spread over the pairs, and, per task,
+RTPO / GRPO of the new code.
 """
 
 from __future__ import annotations
@@ -50,11 +52,17 @@ tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
 seed_everything(args["seed"])
 tasks = load_tasks(args["train_file"])
 engine = build_engine(args["model"], cfg, args["seed"], reference=float(tr["kl_coef"]) > 0)
-ctx_tokens = [0]
+ctx_tokens, n_calls, n_rows, s_cpu, s_tok = [0], [0], [0], [0.0], [0]
 orig = engine.sample
 def counted(contexts, params, seeds=None):
     ctx_tokens[0] += sum(len(c) for c in contexts)
-    return orig(contexts, params, seeds)
+    n_calls[0] += 1
+    n_rows[0] += len(contexts)
+    t = time.process_time()
+    comps = orig(contexts, params, seeds)
+    s_cpu[0] += time.process_time() - t
+    s_tok[0] += sum(len(c.ids) for c in comps)
+    return comps
 engine.sample = counted
 params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
 roller = Roller(engine, env_factory(env_cfg), psi, params)
@@ -62,14 +70,17 @@ algo = get_method(args["method"])(engine, roller, mcfg, update_config(tr), float
 out = []
 for step in range(args["steps"]):
     batch = random.Random(f"{args['seed']}:{step}").sample(tasks, min(args["prompts"], len(tasks)))
-    c0, p0 = ctx_tokens[0], getattr(engine, "prefilled_tokens", None)
+    c0, p0, k0, r0 = ctx_tokens[0], getattr(engine, "prefilled_tokens", None), n_calls[0], n_rows[0]
+    sc0, st0 = s_cpu[0], s_tok[0]
     t0, c0 = time.perf_counter(), cpu_s()
     rec = algo.step(batch, step)
     wall, cpu = time.perf_counter() - t0, cpu_s() - c0
     p1 = getattr(engine, "prefilled_tokens", None)
     out.append({"wall": wall, "cpu": cpu, "generated": sum(rec.get("tokens", {}).values()),
                 "prefilled": (p1 - p0) if p1 is not None else ctx_tokens[0] - c0,
-                "rollouts_per_prompt": rec.get("rollouts_per_prompt"), "time": rec.get("time", {})})
+                "rollouts_per_prompt": rec.get("rollouts_per_prompt"), "time": rec.get("time", {}),
+                "sample_calls": n_calls[0] - k0, "sample_rows": n_rows[0] - r0,
+                "sample_tok_cpu_s": (s_tok[0] - st0) / max(1e-9, s_cpu[0] - sc0)})
 print("RESULT " + json.dumps(out))
 '''
 
@@ -94,8 +105,11 @@ def summarise(steps: list[dict]) -> dict:
     cpu = statistics.median(s["cpu"] for s in warm)
     gen = statistics.median(s["generated"] for s in warm)
     pre = statistics.median(s["prefilled"] for s in warm)
+    calls = statistics.median(s["sample_calls"] for s in warm)
+    batch = statistics.median(s["sample_rows"] / max(1, s["sample_calls"]) for s in warm)
     return {"wall": wall, "cpu": cpu, "generated": gen, "prefilled": pre, "tok_s": gen / wall,
-            "rpp": statistics.median((s["rollouts_per_prompt"] or 0) for s in warm)}
+            "rpp": statistics.median((s["rollouts_per_prompt"] or 0) for s in warm), "calls": calls,
+            "batch": batch, "sample_tok_cpu_s": statistics.median(s["sample_tok_cpu_s"] for s in warm)}
 
 
 def main() -> None:
@@ -160,6 +174,12 @@ def main() -> None:
                 print(f"{task:8} {m:10} {'-':>8} {med(new, 'wall'):8.2f} {'-':>17} {'-':>8} {med(new, 'cpu'):8.2f} "
                       f"{'-':>6} {'-':>8} {med(new, 'generated'):8.0f} {'-':>8} {med(new, 'prefilled'):8.0f} "
                       f"{'-':>9} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+        print("\nnew code, per step: engine.sample calls, mean requests per call (small batches decode at a lower"
+              " tok/s) and tokens generated per CPU second spent in engine.sample")
+        print(f"{'task':8} {'method':10} {'calls':>6} {'batch':>6} {'sample tok/cpu-s':>16}")
+        for (task, m), pairs in rows.items():
+            new = [p[1] for p in pairs]
+            print(f"{task:8} {m:10} {med(new, 'calls'):6.0f} {med(new, 'batch'):6.1f} {med(new, 'sample_tok_cpu_s'):16.0f}")
         for task in a.tasks:
             if (task, "rtpo") in rows and (task, "grpo") in rows:
                 for k in ("wall", "cpu"):
