@@ -607,8 +607,9 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     not_run = [f"{b} ({t}: {why})" for t, bs in sorted(res.not_run.items()) for b, why in sorted(bs.items())]
     md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.",
           *([f"Not run, so no claim is scored on them: {'; '.join(not_run)}."] if not_run else []),
-          f"{len(timing)} wall-clock claims are in timing_claims.md ({tsummary}): timings depend on the machine "
-          "and its load.", "", *rules_text(), "", to_markdown(disp), ""]
+          f"{len(timing)} wall-clock claims are in timing_claims.md, with their verdicts: timings depend on the "
+          "machine and its load, so nothing of them is counted here (this file is the same on a rerun).", "",
+          *rules_text(), "", to_markdown(disp), ""]
     atomic_write_text(paths[1], "\n".join(md) + "\n")
     tmd = ["# Claim ledger: wall-clock claims", "", f"{len(timing)} claims: {tsummary}. Timings: they depend on "
            "the machine and its load (the rest of the ledger is claims.md).", "", *rules_text(), "",
