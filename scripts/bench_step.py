@@ -72,9 +72,9 @@ for step in range(args["steps"]):
     batch = random.Random(f"{args['seed']}:{step}").sample(tasks, min(args["prompts"], len(tasks)))
     c0, p0, k0, r0 = ctx_tokens[0], getattr(engine, "prefilled_tokens", None), n_calls[0], n_rows[0]
     sc0, st0 = s_cpu[0], s_tok[0]
-    t0, c0 = time.perf_counter(), cpu_s()
+    t0, cpu0 = time.perf_counter(), cpu_s()
     rec = algo.step(batch, step)
-    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    wall, cpu = time.perf_counter() - t0, cpu_s() - cpu0
     p1 = getattr(engine, "prefilled_tokens", None)
     out.append({"wall": wall, "cpu": cpu, "generated": sum(rec.get("tokens", {}).values()),
                 "prefilled": (p1 - p0) if p1 is not None else ctx_tokens[0] - c0,
