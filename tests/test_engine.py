@@ -66,6 +66,13 @@ def test_stop_reasons_and_length_limit():
             assert len(c.ids) == 5
         if c.stop_reason == "eos":
             assert c.ids[-1] in e.eos_ids
+        if c.stop_reason == "tool_call":
+            assert c.ids[-1] == e.tool_close_id
+        # a row stops at its first stop token: none before the last token, and a row that ran to its
+        # budget did not end on one
+        assert not set(c.ids[:-1]) & (set(e.eos_ids) | {e.tool_close_id})
+        if c.stop_reason == "length":
+            assert c.ids[-1] not in set(e.eos_ids) | {e.tool_close_id}
 
 
 def test_same_seed_same_samples_different_seed_differs():

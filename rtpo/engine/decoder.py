@@ -175,19 +175,28 @@ class Decoder:
 
     # ---------------------------------------------------------------- pieces
     def _rms(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """transformers' RMSNorm: w * (x * rsqrt(mean(x^2) + eps)), computed in fp32. w: (H,), or
+        per-head (heads, D) / (heads, 1, D) for Qwen3's q_norm / k_norm rows."""
+        if x.dtype == torch.float32:
+            # F.rms_norm is that composite (bit for bit on the CPU) in one call: a decode step is op-count bound
+            if w.dim() == 1:
+                return F.rms_norm(x, (x.shape[-1],), w, self.eps)
+            return F.rms_norm(x, (x.shape[-1],), None, self.eps) * w
         dt = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * x.to(dt)
 
-    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of positions [0, n) from the model's rotary module (its scaling included)."""
+    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """cos, sin and signed sin of positions [0, n) from the model's rotary module (its scaling
+        included). signed sin = cat(-sin[:D/2], sin[D/2:]), for `_rotate_signed`."""
         if self._rope is None or self._rope[0].shape[0] < n:
             size = max(n, 256 if self._rope is None else 2 * self._rope[0].shape[0])
             pos = torch.arange(size, device=self.device)[None, :]
             dummy = torch.zeros(1, dtype=self.dtype, device=self.device)
             cos, sin = self.model.model.rotary_emb(dummy, pos)
-            self._rope = (cos[0], sin[0])
+            h = sin.shape[-1] // 2
+            self._rope = (cos[0], sin[0], torch.cat((-sin[0, :, :h], sin[0, :, h:]), dim=-1))
         return self._rope
 
     @staticmethod
@@ -195,7 +204,68 @@ class Decoder:
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
+    @staticmethod
+    def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+        """`_rotate` without the negation, bit for bit: (-a) * s == a * (-s) exactly in IEEE arithmetic."""
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((x[..., h:], x[..., :h]), dim=-1) * sin_signed
+
     # ---------------------------------------------------------------- forward
+    def _kv_index(self, cache: KVCache, b: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """Rows of the flattened (rows * kv_heads * capacity, head_dim) cache tensors that hold
+        position p[n] of cache row b[n], for every kv head: (N * kv_heads,), row-major in (n, head)."""
+        cap = cache.k[0].shape[2]
+        heads = torch.arange(self.n_kv, device=self.device)
+        return ((b[:, None] * self.n_kv + heads[None, :]) * cap + p[:, None]).reshape(-1)
+
+    @staticmethod
+    def _float_mask(allowed: torch.Tensor) -> torch.Tensor:
+        """Additive attention mask (0 where allowed, -inf elsewhere): the conversion SDPA makes of a
+        bool mask in every call, done once per forward for all layers (same values, same result)."""
+        return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill_(
+            ~allowed, float("-inf"))
+
+    @torch.no_grad()
+    def step(self, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
+        """One decode step: append tokens (rows,) at position lens[i] of every row; logits (rows, V), fp32.
+
+        `forward` with M = 1, written for the per-step op count (a decode step of a small model is a few
+        hundred small ops, not arithmetic): 2-D activations, one rotation table lookup, one additive mask
+        and one flat KV index per step shared by all layers, `index_copy_` for the KV writes."""
+        B = tokens.shape[0]
+        start = cache.lens
+        total = start + 1
+        L = int(total.max())
+        cos_t, _, sin_s = self._rope_table(L)
+        cos, sin = cos_t[start][:, None, None], sin_s[start][:, None, None]          # (B, 1, 1, D)
+        keys = torch.arange(L, device=self.device)
+        mask = self._float_mask(keys[None, :] < total[:, None])[:, None, None, :]      # (B, 1, 1, L)
+        widx = self._kv_index(cache, torch.arange(B, device=self.device), start)      # (B * kv,)
+        x = self.embed[tokens]                                                        # (B, H)
+        nq, nk, D, g = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim, self.n_heads // self.n_kv
+        for li, ly in enumerate(self.layers):
+            h = self._rms(x, ly.ln1)
+            qkv = torch.mm(h, ly.qkv_w.t()) if ly.qkv_b is None else torch.addmm(ly.qkv_b, h, ly.qkv_w.t())
+            qk = qkv[:, :nq + nk].view(B, self.n_heads + self.n_kv, 1, D)
+            if ly.qk_norm is not None:
+                qk = self._rms(qk, ly.qk_norm[:, None])
+            qk = self._rotate_signed(qk, cos, sin)                                     # (B, h_q + h_kv, 1, D)
+            K, V = cache.k[li], cache.v[li]
+            K.view(-1, D).index_copy_(0, widx, qk[:, self.n_heads:].reshape(-1, D))
+            V.view(-1, D).index_copy_(0, widx, qkv[:, nq + nk:].reshape(-1, D))
+            # one query per row: the query heads of a kv head side by side (no repeated K/V)
+            att = F.scaled_dot_product_attention(qk[:, :self.n_heads].reshape(B, self.n_kv, g, D),
+                                                 K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=self.scale)
+            att = att.reshape(B, nq)
+            x = x + (torch.mm(att, ly.o_w.t()) if ly.o_b is None else torch.addmm(ly.o_b, att, ly.o_w.t()))
+            h = self._rms(x, ly.ln2)
+            gu = torch.mm(h, ly.gate_up_w.t())
+            x = x + torch.mm(self.act(gu[:, :self.inter]) * gu[:, self.inter:], ly.down_w.t())
+        cache.lens = total
+        h = self._rms(x, self.norm)
+        logits = torch.mm(h, self.head_w.t()) if self.head_b is None else torch.addmm(self.head_b, h, self.head_w.t())
+        return logits if logits.dtype == torch.float32 else logits.float()
+
     @torch.no_grad()
     def forward(self, cache: KVCache, tokens: torch.Tensor, n_new: torch.Tensor) -> torch.Tensor:
         """Append `tokens` (rows, M; row i's first n_new[i] are real, the rest padding) to every row of
@@ -203,25 +273,22 @@ class Decoder:
 
         Row i's new tokens take positions lens[i] .. lens[i] + n_new[i] - 1 (positions = cache slots)."""
         B, M = tokens.shape
+        if M == 1:   # every row has exactly one new token (contexts are never empty)
+            return self.step(cache, tokens[:, 0])
         start = cache.lens
         total = start + n_new
         L = int(total.max())
-        cos_t, sin_t = self._rope_table(L)
+        cos_t, sin_t, _ = self._rope_table(L)
         q_pos = start[:, None] + torch.arange(M, device=self.device)[None, :]        # (B, M)
         q_pos_c = q_pos.clamp(max=L - 1)
         cos, sin = cos_t[q_pos_c][:, None], sin_t[q_pos_c][:, None]                   # (B, 1, M, D)
         keys = torch.arange(L, device=self.device)
-        if M == 1:
-            mask = (keys[None, :] < total[:, None])[:, None, None, :]                 # (B, 1, 1, L)
-            write_b, write_p = torch.arange(B, device=self.device), start
-            write_q = torch.zeros(B, dtype=torch.long, device=self.device)
-        else:
-            valid = torch.arange(M, device=self.device)[None, :] < n_new[:, None]     # (B, M)
-            mask = keys[None, None, :] <= q_pos[:, :, None]                           # causal
-            mask = (mask & valid[:, :, None]) | (~valid[:, :, None] & (keys[None, None, :] == 0))
-            mask = mask[:, None]                                                      # (B, 1, M, L)
-            write_b, write_q = valid.nonzero(as_tuple=True)
-            write_p = q_pos[write_b, write_q]
+        valid = torch.arange(M, device=self.device)[None, :] < n_new[:, None]         # (B, M)
+        mask = keys[None, None, :] <= q_pos[:, :, None]                               # causal
+        mask = (mask & valid[:, :, None]) | (~valid[:, :, None] & (keys[None, None, :] == 0))
+        mask = self._float_mask(mask)[:, None]                                        # (B, 1, M, L)
+        write_b, write_q = valid.nonzero(as_tuple=True)
+        widx = self._kv_index(cache, write_b, q_pos[write_b, write_q])                # (N * kv,)
         x = self.embed[tokens]                                                        # (B, M, H)
         nq, nk, D = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim
         for li, ly in enumerate(self.layers):
@@ -234,18 +301,13 @@ class Decoder:
                 qk = self._rms(qk, ly.qk_norm)
             qk = self._rotate(qk.transpose(1, 2), cos, sin)                            # (B, h_q + h_kv, M, D)
             q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
-            v = qkv[..., nq + nk:].view(B, M, self.n_kv, D).transpose(1, 2)
+            v = qkv[..., nq + nk:].view(B, M, self.n_kv, D)
             K, V = cache.k[li], cache.v[li]
-            K[write_b, :, write_p] = k[write_b, :, write_q]
-            V[write_b, :, write_p] = v[write_b, :, write_q]
-            if M == 1:   # one query per row: the query heads of a kv head side by side (no repeated K/V)
-                att = F.scaled_dot_product_attention(q.reshape(B, self.n_kv, self.n_heads // self.n_kv, D),
-                                                     K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=self.scale)
-                att = att.reshape(B, M, nq)
-            else:
-                att = F.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], attn_mask=mask,
-                                                     scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
-                att = att.transpose(1, 2).reshape(B, M, nq)
+            K.view(-1, D).index_copy_(0, widx, k.transpose(1, 2)[write_b, write_q].reshape(-1, D))
+            V.view(-1, D).index_copy_(0, widx, v[write_b, write_q].reshape(-1, D))
+            att = F.scaled_dot_product_attention(q, K[:, :, :L], V[:, :, :L], attn_mask=mask,
+                                                 scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
+            att = att.transpose(1, 2).reshape(B, M, nq)
             x = x + F.linear(att, ly.o_w, ly.o_b)
             h = self._rms(x, ly.ln2)
             gu = F.linear(h, ly.gate_up_w)
@@ -377,8 +439,7 @@ class KVStepper:
         self.cache.select(idx.to(self.device))
 
     def step(self, tok: torch.Tensor) -> torch.Tensor:
-        n = torch.ones(tok.shape[0], dtype=torch.long, device=self.device)
-        return self.dec.forward(self.cache, tok[:, None].to(self.device), n)
+        return self.dec.step(self.cache, tok.to(self.device))
 
 
 class HFStepper:
@@ -430,51 +491,63 @@ def decode(stepper: KVStepper | HFStepper, contexts: list[list[int]], *, max_new
     T = max(max_new)
     logits = stepper.prefill(contexts, max(len(c) for c in contexts) + T, pad_id)
     seeds_np = np.array([s & MASK64 for s in seeds], dtype=np.uint64)
-    budget = torch.tensor(max_new, dtype=torch.long)
     out_tok = torch.zeros((B, T), dtype=torch.long)
     out_lp = torch.zeros((B, T), dtype=torch.float32)
     n_out = torch.zeros(B, dtype=torch.long)
-    reason = ["length"] * B
     ent_sum = torch.zeros(B, dtype=torch.float64)
     ent_n = torch.zeros(B, dtype=torch.long)
-    stop_t = torch.tensor(sorted(stop_ids), dtype=torch.long)
+    # a row stops at its first stop token, so its stop reason is read off its last token at the end
+    stop_t = torch.tensor(sorted(stop_ids | ({tool_close_id} if tool_close_id is not None else set())),
+                          dtype=torch.long)
     log_v = float(np.log(logits.shape[-1]))
     greedy = temperature <= 0
 
     rows = torch.arange(B)                      # request of each cache row
+    rows_np = rows.numpy()
+    budget = torch.tensor(max_new, dtype=torch.long)   # of each cache row (compacted with `rows`)
     live = torch.ones(B, dtype=torch.bool)      # cache rows still generating
+    all_live = True                             # live.all(): no masking needed for the bookkeeping
     for t in range(T):
         logp = torch.log_softmax(logits if greedy else logits / temperature, dim=-1).cpu()   # (R, V)
         if greedy:
             tok = logp.argmax(-1)
         else:
-            tok = sample_from_logp(logp, torch.from_numpy(counter_uniforms(seeds_np[rows.numpy()], t)), top_p)
-        r_live = rows[live]
-        out_tok[r_live, t] = tok[live]
-        out_lp[r_live, t] = logp.gather(-1, tok[:, None]).squeeze(-1)[live]
-        n_out[r_live] = t + 1
+            tok = sample_from_logp(logp, torch.from_numpy(counter_uniforms(seeds_np[rows_np], t)), top_p)
+        lp = logp.gather(-1, tok[:, None]).squeeze(-1)
+        if all_live:
+            out_tok[rows, t] = tok
+            out_lp[rows, t] = lp
+            n_out[rows] = t + 1
+        else:
+            r_live = rows[live]
+            out_tok[r_live, t] = tok[live]
+            out_lp[r_live, t] = lp[live]
+            n_out[r_live] = t + 1
         if entropy_tokens and t < entropy_tokens:
             ent = -(logp.exp() * logp).sum(-1).double() / log_v
+            r_live = rows[live]
             ent_sum[r_live] += ent[live]
             ent_n[r_live] += 1
-        is_eos = torch.isin(tok, stop_t) & live
-        for i in rows[is_eos].tolist():
-            reason[i] = "eos"
-        live = live & ~is_eos
-        if tool_close_id is not None:
-            is_tool = (tok == tool_close_id) & live
-            for i in rows[is_tool].tolist():
-                reason[i] = "tool_call"
-            live = live & ~is_tool
-        live = live & (budget[rows] > t + 1)
+        live = live & ~torch.isin(tok, stop_t) & (budget > t + 1)
         n_live = int(live.sum())
         if n_live == 0:
             break
+        all_live = n_live == live.shape[0]
         if n_live <= live.shape[0] // 2:        # compact: copy the live rows, at most log2(B) times
             keep = live.nonzero(as_tuple=True)[0]
             stepper.select(keep)
-            rows, tok, live = rows[keep], tok[keep], live[keep]
+            rows, tok, live, budget = rows[keep], tok[keep], live[keep], budget[keep]
+            rows_np, all_live = rows.numpy(), True
         logits = stepper.step(tok)
-    return [{"ids": out_tok[i, :int(n_out[i])].tolist(), "logprobs": out_lp[i, :int(n_out[i])].tolist(),
-             "stop_reason": reason[i], "entropy": float(ent_sum[i] / ent_n[i]) if int(ent_n[i]) else None}
-            for i in range(B)]
+    out = []
+    for i in range(B):
+        n = int(n_out[i])
+        ids = out_tok[i, :n].tolist()
+        reason = "length"
+        if ids and ids[-1] in stop_ids:
+            reason = "eos"
+        elif ids and tool_close_id is not None and ids[-1] == tool_close_id:
+            reason = "tool_call"
+        out.append({"ids": ids, "logprobs": out_lp[i, :n].tolist(), "stop_reason": reason,
+                    "entropy": float(ent_sum[i] / ent_n[i]) if int(ent_n[i]) else None})
+    return out
