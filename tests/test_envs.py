@@ -309,6 +309,26 @@ def test_airline_snapshot_isolates_db_mutations():
     assert r.observations[0]["content"].endswith("status active")
 
 
+def test_airline_envs_of_one_task_start_from_independent_copies():
+    """Resets of one task share the built goal (AirlineEnv._start_cache), never the DB: a tool that
+    mutates one episode's DB leaves the task, the cache and the next episode untouched."""
+    task = _airline_task()
+    rid = task.meta["request"]["reservation_id"]
+    a, b = make_env(task), make_env(task)
+    a.reset(task)
+    a.step(format_tool_call("cancel", {"reservation_id": rid}))
+    b.reset(task)
+    assert b.db.db["reservations"][rid]["status"] == "active"
+    assert task.meta["db"]["reservations"][rid]["status"] == "active"
+    a.reset(task)
+    assert a.db.db["reservations"][rid]["status"] == "active"
+    # a task whose meta is a different object (edited, or another task with the same id) is rebuilt
+    edited = Task(id=task.id, kind=task.kind, question=task.question, answers=task.answers, tier=task.tier,
+                  source=task.source, meta={**task.meta, "goal": {"actions": []}})
+    b.reset(edited)
+    assert b._s["goal"] == b.db.canonical() and b._s["goal"] != a._s["goal"]
+
+
 def test_restore_rejects_other_kind():
     env = math_env()
     env.reset(MATH)

@@ -12,7 +12,7 @@ Task.meta: {"db": <initial DB, schema in rtpo.tools.airline_db>,
 
 from __future__ import annotations
 
-from rtpo.envs.tool_env import ToolEnv
+from rtpo.envs.tool_env import ToolEnv, copy_state
 from rtpo.envs.base import Task
 from rtpo.tools.airline_db import AIRLINE_SPECS, AirlineDB
 from rtpo.tools.parse import ToolCall, strip_think
@@ -45,9 +45,20 @@ class AirlineEnv(ToolEnv):
     tools = AIRLINE_SPECS
     instructions = "You are an airline agent. Use the tools to do what the user asks, then reply without a tool call."
 
+    # task id -> (its meta, goal DB canonical string, validated initial DB): every branch of RTPO's
+    # reverse stages resets an env before restoring its boundary snapshot, so building the goal DB
+    # (validation, deep copies, the goal actions) once per task instead of once per branch matters.
+    # A hit needs the very same meta object (tasks are not edited in place after loading).
+    _start_cache: dict[str, tuple[dict, str, dict]] = {}
+
     def _start(self, task: Task) -> None:
-        self._s["goal"] = goal_db(task).canonical()
-        self._s["db"] = AirlineDB(task.meta["db"]).state()
+        hit = self._start_cache.get(task.id)
+        if hit is None or hit[0] is not task.meta:
+            if len(self._start_cache) >= 4096:
+                self._start_cache.clear()
+            hit = self._start_cache[task.id] = (task.meta, goal_db(task).canonical(), AirlineDB(task.meta["db"]).state())
+        self._s["goal"] = hit[1]
+        self._s["db"] = copy_state(hit[2])   # the tools mutate it
         self._restored()
 
     def _restored(self) -> None:

@@ -30,7 +30,7 @@ __all__ = ["ToolEnv"]
 
 
 
-def _copy_state(state: dict[str, Any]) -> dict[str, Any]:
+def copy_state(state: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of an episode's state (plain dicts, lists, strings, numbers): a pickle round trip,
     ~3x faster than copy.deepcopy on an airline state (RTPO snapshots and restores one per sibling)."""
     return pickle.loads(pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL))
@@ -138,11 +138,11 @@ class ToolEnv:
         return "\n".join(self._s.get("outputs", []))
 
     def snapshot(self) -> dict[str, Any]:
-        return {"kind": self.kind, "task": self.task, "state": _copy_state(self._s)}
+        return {"kind": self.kind, "task": self.task, "state": copy_state(self._s)}
 
     def restore(self, state: dict[str, Any]) -> None:
         if state.get("kind") != self.kind:
             raise ValueError(f"{type(self).__name__}.restore got a snapshot of kind {state.get('kind')!r}")
         self.task = state["task"]
-        self._s = _copy_state(state["state"])
+        self._s = copy_state(state["state"])
         self._restored()
