@@ -107,6 +107,13 @@ class _Layer:
     gate_up_w: torch.Tensor        # (2 I, H) fused
     down_w: torch.Tensor
 
+    def __post_init__(self) -> None:
+        # for Decoder.step: the (in, out) views torch.mm takes (`.t()` once here, not per call: same
+        # memory and strides, so the same kernel and bits), and the per-head norm weights as (heads, 1, D)
+        self.qkv_t, self.o_t = self.qkv_w.t(), self.o_w.t()
+        self.gate_up_t, self.down_t = self.gate_up_w.t(), self.down_w.t()
+        self.qk_norm_col = self.qk_norm[:, None] if self.qk_norm is not None else None
+
 
 class KVCache:
     """Per-layer K and V of shape (rows, kv_heads, capacity, head_dim); `lens[i]` tokens in row i."""
@@ -155,7 +162,10 @@ class Decoder:
         self.norm = m.norm.weight
         head = self.model.get_output_embeddings()
         self.head_w, self.head_b = head.weight, getattr(head, "bias", None)
+        self.head_t = self.head_w.t()
         self.dtype, self.device = self.embed.dtype, self.embed.device
+        self._step_base: dict[tuple[int, int], torch.Tensor] = {}   # (rows, capacity) -> flat KV index of position 0
+        self._keys = torch.arange(0, device=self.device)            # key positions 0, 1, ... (grown by `step`)
         self.layers = []
         for lyr in m.layers:
             a, mlp = lyr.self_attn, lyr.mlp
@@ -222,8 +232,7 @@ class Decoder:
     def _float_mask(allowed: torch.Tensor) -> torch.Tensor:
         """Additive attention mask (0 where allowed, -inf elsewhere): the conversion SDPA makes of a
         bool mask in every call, done once per forward for all layers (same values, same result)."""
-        return torch.zeros(allowed.shape, dtype=torch.float32, device=allowed.device).masked_fill_(
-            ~allowed, float("-inf"))
+        return torch.where(allowed, 0.0, float("-inf"))
 
     @torch.no_grad()
     def step(self, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
@@ -238,17 +247,26 @@ class Decoder:
         L = int(total.max())
         cos_t, _, sin_s = self._rope_table(L)
         cos, sin = cos_t[start][:, None, None], sin_s[start][:, None, None]          # (B, 1, 1, D)
-        keys = torch.arange(L, device=self.device)
-        mask = self._float_mask(keys[None, :] < total[:, None])[:, None, None, :]      # (B, 1, 1, L)
-        widx = self._kv_index(cache, torch.arange(B, device=self.device), start)      # (B * kv,)
+        cap = cache.k[0].shape[2]
+        base = self._step_base.get((B, cap))
+        if base is None:   # flat KV index of (row b, head h, position 0), (B, kv)
+            if len(self._step_base) > 64:
+                self._step_base.clear()
+            base = self._step_base[(B, cap)] = self._kv_index(
+                cache, torch.arange(B, device=self.device),
+                torch.zeros(B, dtype=torch.long, device=self.device)).view(B, self.n_kv)
+            if self._keys.shape[0] < cap:
+                self._keys = torch.arange(cap, device=self.device)
+        widx = (base + start[:, None]).view(-1)                                       # (B * kv,)
+        mask = self._float_mask(self._keys[None, :L] < total[:, None])[:, None, None, :]  # (B, 1, 1, L)
         x = self.embed[tokens]                                                        # (B, H)
         nq, nk, D, g = self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.head_dim, self.n_heads // self.n_kv
         for li, ly in enumerate(self.layers):
             h = self._rms(x, ly.ln1)
-            qkv = torch.mm(h, ly.qkv_w.t()) if ly.qkv_b is None else torch.addmm(ly.qkv_b, h, ly.qkv_w.t())
+            qkv = torch.mm(h, ly.qkv_t) if ly.qkv_b is None else torch.addmm(ly.qkv_b, h, ly.qkv_t)
             qk = qkv[:, :nq + nk].view(B, self.n_heads + self.n_kv, 1, D)
             if ly.qk_norm is not None:
-                qk = self._rms(qk, ly.qk_norm[:, None])
+                qk = self._rms(qk, ly.qk_norm_col)
             qk = self._rotate_signed(qk, cos, sin)                                     # (B, h_q + h_kv, 1, D)
             K, V = cache.k[li], cache.v[li]
             K.view(-1, D).index_copy_(0, widx, qk[:, self.n_heads:].reshape(-1, D))
@@ -257,13 +275,13 @@ class Decoder:
             att = F.scaled_dot_product_attention(qk[:, :self.n_heads].reshape(B, self.n_kv, g, D),
                                                  K[:, :, :L], V[:, :, :L], attn_mask=mask, scale=self.scale)
             att = att.reshape(B, nq)
-            x = x + (torch.mm(att, ly.o_w.t()) if ly.o_b is None else torch.addmm(ly.o_b, att, ly.o_w.t()))
+            x = x + (torch.mm(att, ly.o_t) if ly.o_b is None else torch.addmm(ly.o_b, att, ly.o_t))
             h = self._rms(x, ly.ln2)
-            gu = torch.mm(h, ly.gate_up_w.t())
-            x = x + torch.mm(self.act(gu[:, :self.inter]) * gu[:, self.inter:], ly.down_w.t())
+            gu = torch.mm(h, ly.gate_up_t)
+            x = x + torch.mm(self.act(gu[:, :self.inter]) * gu[:, self.inter:], ly.down_t)
         cache.lens = total
         h = self._rms(x, self.norm)
-        logits = torch.mm(h, self.head_w.t()) if self.head_b is None else torch.addmm(self.head_b, h, self.head_w.t())
+        logits = torch.mm(h, self.head_t) if self.head_b is None else torch.addmm(self.head_b, h, self.head_t)
         return logits if logits.dtype == torch.float32 else logits.float()
 
     @torch.no_grad()
