@@ -526,7 +526,8 @@ def decode(stepper: KVStepper | HFStepper, contexts: list[list[int]], *, max_new
     live = torch.ones(B, dtype=torch.bool)      # cache rows still generating
     all_live = True                             # live.all(): no masking needed for the bookkeeping
     for t in range(T):
-        logp = torch.log_softmax(logits if greedy else logits / temperature, dim=-1).cpu()   # (R, V)
+        # (logits / 1.0 is logits exactly: skip the division at the default temperature)
+        logp = torch.log_softmax(logits if greedy or temperature == 1.0 else logits / temperature, dim=-1).cpu()
         if greedy:
             tok = logp.argmax(-1)
         else:
