@@ -228,11 +228,12 @@ class Decoder:
         heads = torch.arange(self.n_kv, device=self.device)
         return ((b[:, None] * self.n_kv + heads[None, :]) * cap + p[:, None]).reshape(-1)
 
-    @staticmethod
-    def _float_mask(allowed: torch.Tensor) -> torch.Tensor:
-        """Additive attention mask (0 where allowed, -inf elsewhere): the conversion SDPA makes of a
-        bool mask in every call, done once per forward for all layers (same values, same result)."""
-        return torch.where(allowed, 0.0, float("-inf"))
+    def _float_mask(self, allowed: torch.Tensor) -> torch.Tensor:
+        """Additive attention mask in the compute dtype (0 where allowed, -inf elsewhere): the conversion
+        SDPA makes of a bool mask in every call, done once per forward for all layers (same values, same
+        result)."""
+        m = torch.where(allowed, 0.0, float("-inf"))
+        return m if self.dtype == torch.float32 else m.to(self.dtype)
 
     @torch.no_grad()
     def step(self, cache: KVCache, tokens: torch.Tensor) -> torch.Tensor:
