@@ -197,26 +197,22 @@ class Decoder:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return w * x.to(dt)
 
-    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """cos, sin and signed sin of positions [0, n) from the model's rotary module (its scaling
-        included). signed sin = cat(-sin[:D/2], sin[D/2:]), for `_rotate_signed`."""
+    def _rope_table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin of positions [0, n) from the model's rotary module (its scaling included).
+        signed sin = cat(-sin[:D/2], sin[D/2:]): the sign of transformers' rotate_half, for `_rotate`."""
         if self._rope is None or self._rope[0].shape[0] < n:
             size = max(n, 256 if self._rope is None else 2 * self._rope[0].shape[0])
             pos = torch.arange(size, device=self.device)[None, :]
             dummy = torch.zeros(1, dtype=self.dtype, device=self.device)
             cos, sin = self.model.model.rotary_emb(dummy, pos)
             h = sin.shape[-1] // 2
-            self._rope = (cos[0], sin[0], torch.cat((-sin[0, :, :h], sin[0, :, h:]), dim=-1))
+            self._rope = (cos[0], torch.cat((-sin[0, :, :h], sin[0, :, h:]), dim=-1))
         return self._rope
 
     @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        h = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
-
-    @staticmethod
-    def _rotate_signed(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-        """`_rotate` without the negation, bit for bit: (-a) * s == a * (-s) exactly in IEEE arithmetic."""
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+        """transformers' x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1), with the sign moved
+        into the table: bit for bit the same, since (-a) * s == a * (-s) exactly in IEEE arithmetic."""
         h = x.shape[-1] // 2
         return x * cos + torch.cat((x[..., h:], x[..., :h]), dim=-1) * sin_signed
 
@@ -246,8 +242,8 @@ class Decoder:
         start = cache.lens
         total = start + 1
         L = int(total.max())
-        cos_t, _, sin_s = self._rope_table(L)
-        cos, sin = cos_t[start][:, None, None], sin_s[start][:, None, None]          # (B, 1, 1, D)
+        cos_t, sin_t = self._rope_table(L)
+        cos, sin = cos_t[start][:, None, None], sin_t[start][:, None, None]          # (B, 1, 1, D)
         cap = cache.k[0].shape[2]
         base = self._step_base.get((B, cap))
         if base is None:   # flat KV index of (row b, head h, position 0), (B, kv)
@@ -268,7 +264,7 @@ class Decoder:
             qk = qkv[:, :nq + nk].view(B, self.n_heads + self.n_kv, 1, D)
             if ly.qk_norm is not None:
                 qk = self._rms(qk, ly.qk_norm_col)
-            qk = self._rotate_signed(qk, cos, sin)                                     # (B, h_q + h_kv, 1, D)
+            qk = self._rotate(qk, cos, sin)                                     # (B, h_q + h_kv, 1, D)
             K, V = cache.k[li], cache.v[li]
             K.view(-1, D).index_copy_(0, widx, qk[:, self.n_heads:].reshape(-1, D))
             V.view(-1, D).index_copy_(0, widx, qkv[:, nq + nk:].reshape(-1, D))
@@ -297,7 +293,7 @@ class Decoder:
         start = cache.lens
         total = start + n_new
         L = int(total.max())
-        cos_t, sin_t, _ = self._rope_table(L)
+        cos_t, sin_t = self._rope_table(L)
         q_pos = start[:, None] + torch.arange(M, device=self.device)[None, :]        # (B, M)
         q_pos_c = q_pos.clamp(max=L - 1)
         cos, sin = cos_t[q_pos_c][:, None], sin_t[q_pos_c][:, None]                   # (B, 1, M, D)
