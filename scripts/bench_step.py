@@ -16,6 +16,10 @@ context once), tokens/s, and how the step samples: `engine.sample` calls per ste
 call (RTPO's reverse stages sample in several small batches, GRPO's chains in a few large ones).
 Prints per cell the medians, the old/new ratio with its spread over the pairs, and, per task,
 RTPO / GRPO of the new code.
+
+`--concurrent` runs the two processes of a pair at the same time instead, one per core, cores swapped
+every pair (old and new of a cell; with `--new-only`, the two `--methods` of a task: e.g. `--new-only
+--concurrent --methods rtpo grpo` for RTPO / GRPO under the same machine state).
 """
 
 from __future__ import annotations
@@ -85,18 +89,31 @@ print("RESULT " + json.dumps(out))
 '''
 
 
-def run_once(tree: Path, a: argparse.Namespace, method: str, task: str) -> list[dict]:
+def start_once(tree: Path, a: argparse.Namespace, method: str, task: str, core: int | None = None) -> tuple:
+    """Start one DRIVER process (pinned to `core` with taskset when given); `finish` collects it."""
     arg = {"config": str(tree / a.config), "model": str(ROOT / a.model), "method": method, "task": task,
            "prompts": a.prompts, "steps": a.steps, "seed": a.seed, "threads": a.threads,
            "train_file": str(ROOT / "results" / "data" / task / "train.jsonl")}
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false",
                HF_HUB_OFFLINE="1")
-    p = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(arg)], cwd=tree, env=env,
-                       capture_output=True, text=True)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+    cmd = [sys.executable, "-c", DRIVER, json.dumps(arg)]
+    if core is not None:
+        cmd = ["taskset", "-c", str(core)] + cmd
+    p = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return p, f"{tree} {method}/{task}"
+
+
+def finish(started: tuple) -> list[dict]:
+    p, what = started
+    out, err = p.communicate()
+    line = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
     if p.returncode or line is None:
-        raise SystemExit(f"{tree} {method}/{task} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+        raise SystemExit(f"{what} failed (exit {p.returncode}):\n{err[-3000:]}")
     return json.loads(line[len("RESULT "):])
+
+
+def run_once(tree: Path, a: argparse.Namespace, method: str, task: str) -> list[dict]:
+    return finish(start_once(tree, a, method, task))
 
 
 def summarise(steps: list[dict]) -> dict:
@@ -126,7 +143,14 @@ def main() -> None:
     ap.add_argument("--config", default="config/config.yaml")
     ap.add_argument("--model", default="results/models/base")
     ap.add_argument("--new-only", action="store_true", help="time the working tree only (no old code)")
+    ap.add_argument("--concurrent", action="store_true",
+                    help="run the two processes of a pair at the same time, one per core (taskset), cores swapped "
+                         "every pair: old and new of a cell, or with --new-only the two --methods of a task; "
+                         "both see the same machine state (a shared machine's load moves step times by 20-30 %%)")
     a = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if a.concurrent and (len(cores) < 2 or (a.new_only and len(a.methods) != 2)):
+        raise SystemExit("--concurrent needs two cores, and with --new-only exactly two --methods")
     if not (ROOT / a.model / "config.json").exists():
         raise SystemExit(f"{a.model}: no model; build it first: .venv/bin/snakemake --cores 2 results/models/base")
 
@@ -141,19 +165,35 @@ def main() -> None:
             subprocess.run(["git", "worktree", "add", "--detach", str(old_tree), a.old], cwd=ROOT, check=True,
                            capture_output=True)
     try:
-        rows = {}
-        for task in a.tasks:
+        rows: dict[tuple[str, str], list] = {}
+        if a.concurrent and not old_tree:   # the two methods of a task side by side
+            m1, m2 = a.methods
+            for task in a.tasks:
+                for r in range(a.pairs):
+                    c1, c2 = (cores[0], cores[1]) if r % 2 == 0 else (cores[1], cores[0])
+                    s1, s2 = start_once(ROOT, a, m1, task, c1), start_once(ROOT, a, m2, task, c2)
+                    x1, x2 = summarise(finish(s1)), summarise(finish(s2))
+                    rows.setdefault((task, m1), []).append((None, x1))
+                    rows.setdefault((task, m2), []).append((None, x2))
+                    print(f"  {task} pair {r + 1} (at once): {m1} {x1['wall']:.2f}s / {m2} {x2['wall']:.2f}s", flush=True)
+        for task in a.tasks if not (a.concurrent and not old_tree) else []:
             for m in a.methods:
                 pairs = []
                 for r in range(a.pairs):
-                    old = summarise(run_once(old_tree, a, m, task)) if old_tree else None
-                    new = summarise(run_once(ROOT, a, m, task))
+                    if a.concurrent:   # old and new at the same time, cores swapped every pair
+                        co, cn = (cores[0], cores[1]) if r % 2 == 0 else (cores[1], cores[0])
+                        so, sn = start_once(old_tree, a, m, task, co), start_once(ROOT, a, m, task, cn)
+                        old, new = summarise(finish(so)), summarise(finish(sn))
+                    else:
+                        old = summarise(run_once(old_tree, a, m, task)) if old_tree else None
+                        new = summarise(run_once(ROOT, a, m, task))
                     pairs.append((old, new))
                     tag = f"old {old['wall']:.2f}s / " if old else ""
                     print(f"  {task}/{m} pair {r + 1}: {tag}new {new['wall']:.2f}s", flush=True)
                 rows[(task, m)] = pairs
+        how = "concurrent pairs (one process per core, cores swapped)" if a.concurrent else "alternating pairs"
         print(f"\nper step, {a.prompts} prompts, {a.threads} thread(s), median over steps 2..{a.steps} of each "
-              f"process, {a.pairs} alternating pairs; old = {a.old_tree or a.old}; cpu = this process + its "
+              f"process, {a.pairs} {how}; old = {a.old_tree or a.old}; cpu = this process + its "
               f"tool sandboxes (less sensitive to other load than wall)")
         print(f"{'task':8} {'method':10} {'wall old':>8} {'wall new':>8} {'wall x (min-max)':>17} {'cpu old':>8} "
               f"{'cpu new':>8} {'cpu x':>6} {'gen old':>8} {'gen new':>8} {'pre old':>8} {'pre new':>8} "
