@@ -193,7 +193,7 @@ def main() -> None:
                 rows[(task, m)] = pairs
         how = "concurrent pairs (one process per core, cores swapped)" if a.concurrent else "alternating pairs"
         print(f"\nper step, {a.prompts} prompts, {a.threads} thread(s), median over steps 2..{a.steps} of each "
-              f"process, {a.pairs} {how}; old = {a.old_tree or a.old}; cpu = this process + its "
+              f"process, {a.pairs} {how}; old = {(a.old_tree or a.old) if old_tree else '-'}; cpu = this process + its "
               f"tool sandboxes (less sensitive to other load than wall)")
         print(f"{'task':8} {'method':10} {'wall old':>8} {'wall new':>8} {'wall x (min-max)':>17} {'cpu old':>8} "
               f"{'cpu new':>8} {'cpu x':>6} {'gen old':>8} {'gen new':>8} {'pre old':>8} {'pre new':>8} "
