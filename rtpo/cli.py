@@ -149,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from rtpo.progress import quiet_library_bars
+
+    quiet_library_bars()
     for name in ("train_file", "eval_file"):
         if hasattr(args, name) and getattr(args, name) is None:
             setattr(args, name, str(Path("results/data") / args.task / ("train.jsonl" if name == "train_file" else "eval.jsonl")))

@@ -90,12 +90,22 @@ class LogProgress:
         self.close()
 
 
+def _terminal(stream: Any) -> bool:
+    mode = os.environ.get("RTPO_PROGRESS", "")
+    return mode == "bar" or (mode != "lines" and hasattr(stream, "isatty") and stream.isatty())
+
+
+def quiet_library_bars() -> None:
+    """No terminal (a rule log): turn off the Hugging Face libraries' own tqdm bars too ("Writing model
+    shards" on every save_pretrained), which would write carriage-return spam into the log. Must run
+    before transformers / huggingface_hub are imported: they read the variable at import."""
+    if not _terminal(sys.stderr):
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def progress(iterable: Iterable | None = None, **kw: Any):
     """tqdm on a terminal, LogProgress otherwise (same arguments)."""
-    mode = os.environ.get("RTPO_PROGRESS", "")
-    stream = kw.get("file") or sys.stderr
-    tty = mode == "bar" or (mode != "lines" and hasattr(stream, "isatty") and stream.isatty())
-    if tty:
+    if _terminal(kw.get("file") or sys.stderr):
         from tqdm import tqdm
 
         kw.pop("every", None)

@@ -124,7 +124,11 @@ def summarise(steps: list[dict]) -> dict:
     pre = statistics.median(s["prefilled"] for s in warm)
     calls = statistics.median(s["sample_calls"] for s in warm)
     batch = statistics.median(s["sample_rows"] / max(1, s["sample_calls"]) for s in warm)
-    return {"wall": wall, "cpu": cpu, "generated": gen, "prefilled": pre, "tok_s": gen / wall,
+    # the step record's phases (rollout / siblings / update; "other" = the rest of the step)
+    names = sorted({k for s in warm for k in s["time"] if k != "total"})
+    phases = {k: statistics.median(s["time"].get(k, 0.0) for s in warm) for k in names}
+    phases["other"] = max(0.0, wall - sum(phases.values()))
+    return {"wall": wall, "cpu": cpu, "generated": gen, "prefilled": pre, "tok_s": gen / wall, "phases": phases,
             "rpp": statistics.median((s["rollouts_per_prompt"] or 0) for s in warm), "calls": calls,
             "batch": batch, "sample_tok_cpu_s": statistics.median(s["sample_tok_cpu_s"] for s in warm)}
 
@@ -214,6 +218,13 @@ def main() -> None:
                 print(f"{task:8} {m:10} {'-':>8} {med(new, 'wall'):8.2f} {'-':>17} {'-':>8} {med(new, 'cpu'):8.2f} "
                       f"{'-':>6} {'-':>8} {med(new, 'generated'):8.0f} {'-':>8} {med(new, 'prefilled'):8.0f} "
                       f"{'-':>9} {med(new, 'tok_s'):9.0f} {med(new, 'rpp'):5.1f}")
+        print("\nwhere the step goes (s, median; the step record's phases, other = the rest of the wall-clock)")
+        for (task, m), pairs in rows.items():
+            for side, xs in (("old", [p[0] for p in pairs if p[0] is not None]), ("new", [p[1] for p in pairs])):
+                if xs:
+                    keys = sorted({k for x in xs for k in x["phases"]})
+                    print(f"{task:8} {m:10} {side}: " + "  ".join(
+                        f"{k} {statistics.median(x['phases'].get(k, 0.0) for x in xs):.2f}" for k in keys))
         print("\nnew code, per step: engine.sample calls, mean requests per call (small batches decode at a lower"
               " tok/s) and tokens generated per CPU second spent in engine.sample")
         print(f"{'task':8} {'method':10} {'calls':>6} {'batch':>6} {'sample tok/cpu-s':>16}")

@@ -245,6 +245,40 @@ def test_decoder_logits_equal_the_models_forward():
             assert torch.allclose(logits2[i], full[-1], atol=1e-5)
 
 
+def test_prefill_in_row_chunks_is_bit_for_bit_one_pass():
+    """Decoder.forward prefills long batches in row chunks (cache-sized); logits, every K/V written and
+    the decode steps after it are bit for bit those of one pass over all rows, also on top of a cached
+    prefix, and the chunked pass did run in several chunks."""
+    from rtpo.engine import decoder as D
+
+    e = tiny.engine(seed=3)
+    one, chunked = D.Decoder(e.rollout_model), D.Decoder(e.rollout_model)
+    one.PREFILL_CHUNK_TOKENS = 10**9
+    chunked.PREFILL_CHUNK_TOKENS = 100            # 2 rows of 40-48 padded tokens per chunk
+    calls = []
+    orig = chunked._forward_rows
+    chunked._forward_rows = lambda *a, **k: calls.append(a[1].shape[0]) or orig(*a, **k)
+    g = torch.Generator().manual_seed(0)
+    V = e.rollout_model.config.vocab_size
+    for pre in (0, 16):
+        n_new = torch.randint(33, 49, (7,), generator=g)
+        toks = torch.randint(3, V, (7, int(n_new.max())), generator=g)
+        out = []
+        for dec in (one, chunked):
+            c = dec.new_cache(7, pre + toks.shape[1] + 3)
+            c.lens = torch.full((7,), pre, dtype=torch.long)
+            for t in c.k + c.v:   # a prefix already in the cache
+                t[:, :, :pre] = torch.randn(t[:, :, :pre].shape, generator=torch.Generator().manual_seed(1))
+            logits = dec.forward(c, toks, n_new)
+            steps = [dec.step(c, toks[:, i]) for i in range(3)]
+            out.append((logits, c, steps))
+        (l1, c1, s1), (l2, c2, s2) = out
+        assert torch.equal(l1, l2) and torch.equal(c1.lens, c2.lens) and torch.equal(c1.lens, pre + n_new + 3)
+        assert all(torch.equal(a, b) for a, b in zip(c1.k + c1.v, c2.k + c2.v))
+        assert all(torch.equal(a, b) for a, b in zip(s1, s2))
+    assert calls == [2, 2, 2, 1] * 2
+
+
 def test_identical_contexts_prefilled_once_and_sample_independent_of_the_batch():
     """G siblings of one context are prefilled once (counted), and a request's sample depends on its
     seed and context only: alone, or among other requests in another order, it is the same."""

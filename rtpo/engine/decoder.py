@@ -136,11 +136,22 @@ class KVCache:
         self.lens = self.lens.index_select(0, idx)
 
 
+class _RowSlice:
+    """Rows [b0, b1) of a KVCache, as views (writes land in the cache): what `Decoder._forward_rows` needs."""
+
+    def __init__(self, cache: KVCache, b0: int, b1: int) -> None:
+        self.k = [k[b0:b1] for k in cache.k]
+        self.v = [v[b0:b1] for v in cache.v]
+        self.lens = cache.lens[b0:b1]
+
+
 class Decoder:
     """Incremental forward of a Llama-family causal LM on its own weights (see the module docstring).
 
     Built from a model once; `refresh()` re-reads the weights (after a sync changed them).
     """
+
+    PREFILL_CHUNK_TOKENS = 1024   # padded tokens per row chunk of a prefill (`forward`)
 
     def __init__(self, model: torch.nn.Module) -> None:
         why = supports(model)
@@ -290,9 +301,26 @@ class Decoder:
         B, M = tokens.shape
         if M == 1:   # every row has exactly one new token (contexts are never empty)
             return self.step(cache, tokens[:, 0])
-        start = cache.lens
-        total = start + n_new
+        total = cache.lens + n_new
         L = int(total.max())
+        # Rows in chunks of about PREFILL_CHUNK_TOKENS padded tokens, so that a layer's activations stay in
+        # the core's cache (B = 64 contexts of 120 tokens: 1.8x faster than all rows at once). Bit for bit
+        # the same: every row of a chunk attends over the same L keys and M queries as without chunks, the
+        # matmuls see >= M >= 32 rows (torch's CPU kernels give each row the same bits then), and the
+        # output head runs once over all rows.
+        rows = B if M < 32 else max(1, self.PREFILL_CHUNK_TOKENS // M)
+        last = [self._forward_rows(cache if rows >= B else _RowSlice(cache, b0, min(B, b0 + rows)),
+                                   tokens[b0:b0 + rows], n_new[b0:b0 + rows], L) for b0 in range(0, B, rows)]
+        cache.lens = total
+        last_h = last[0] if len(last) == 1 else torch.cat(last)                       # (B, H)
+        return F.linear(self._rms(last_h, self.norm), self.head_w, self.head_b).float()
+
+    def _forward_rows(self, cache: "KVCache | _RowSlice", tokens: torch.Tensor, n_new: torch.Tensor,
+                      L: int) -> torch.Tensor:
+        """`forward` on some rows of the cache, attending over key positions [0, L); returns the hidden
+        state (before the final norm) at each row's last real new token, (rows, H). Leaves lens alone."""
+        B, M = tokens.shape
+        start = cache.lens
         cos_t, sin_t = self._rope_table(L)
         q_pos = start[:, None] + torch.arange(M, device=self.device)[None, :]        # (B, M)
         q_pos_c = q_pos.clamp(max=L - 1)
@@ -327,9 +355,7 @@ class Decoder:
             h = self._rms(x, ly.ln2)
             gu = F.linear(h, ly.gate_up_w)
             x = x + F.linear(self.act(gu[..., :self.inter]) * gu[..., self.inter:], ly.down_w)
-        cache.lens = total
-        last = x[torch.arange(B, device=self.device), (n_new - 1).clamp(min=0)]      # (B, H)
-        return F.linear(self._rms(last, self.norm), self.head_w, self.head_b).float()
+        return x[torch.arange(B, device=self.device), (n_new - 1).clamp(min=0)]      # (B, H)
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
         return KVCache(len(self.layers), rows, self.n_kv, capacity, self.head_dim, self.dtype, self.device)
