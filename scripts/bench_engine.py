@@ -1,6 +1,6 @@
 """Engine throughput, side by side on the same model and batch (not a test; prints figures).
 
-    .venv/bin/python scripts/bench_engine.py [--hidden 128 --layers 2 --batch 16 --new 64 --threads 2]
+    .venv/bin/python scripts/bench_engine.py [--hidden 128 --layers 2 --batch 16 --new 64 --threads 2] [--breakdown]
 
 Prints tokens/s of LocalEngine.sample (rtpo.engine.decoder: batched, preallocated KV cache,
 per-token logprobs, per-request counter-based seeds; its prefix cache emptied before each repeat),
@@ -25,6 +25,8 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the parts of `sample` (prefill, decode steps) against their floors")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
 
@@ -90,6 +92,87 @@ def main() -> None:
     print(f"model.generate       {s_hf:9.0f} tok/s   (ratio sample/generate, median of {len(ratios)} alternating "
           f"pairs = {ratios[len(ratios) // 2]:.2f}, range {ratios[0]:.2f}-{ratios[-1]:.2f})")
     print(f"LocalEngine.update   {s_upd:9.0f} trained tok/s (PPO forward+backward+AdamW, plus the pre-update ratio pass)")
+    if a.breakdown:
+        breakdown(e, tok, ctx, a)
+
+
+def breakdown(e, tok, ctx, a) -> None:
+    """Where `sample`'s time goes, and the floor of any decoder built from torch's eager CPU kernels:
+    the prefill (the same matmuls as generate's) plus the decode steps' matmuls alone."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    from rtpo.engine.base import SamplingParams
+    from rtpo.engine.decoder import KVStepper
+
+    dec, B, T = e._decoder, len(ctx), a.new
+    L = max(len(c) for c in ctx)
+    ids = torch.full((B, L), tok.pad_token_id)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    for i, c in enumerate(ctx):
+        ids[i, L - len(c):] = torch.tensor(c)
+        attn[i, L - len(c):] = 1
+
+    def med(fn, n=7):
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = fn()
+            ts.append(r if isinstance(r, float) else time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3
+
+    def sample():
+        e.drop_prefix_cache()
+        e.sample(ctx, SamplingParams(max_new_tokens=T, stop_at_tool_call=False))
+
+    def prefill():
+        KVStepper(dec).prefill(ctx, L + T, tok.pad_token_id)
+
+    def hf_prefill():
+        with torch.no_grad():
+            e.rollout_model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0),
+                            use_cache=True, logits_to_keep=1)
+
+    def steps():   # T decode steps, the model only (no sampling)
+        st = KVStepper(dec)
+        st.prefill(ctx, L + T, tok.pad_token_id)
+        t = torch.zeros(B, dtype=torch.long)
+        t0 = time.perf_counter()
+        for _ in range(T):
+            st.step(t)
+        return time.perf_counter() - t0
+
+    H = e.rollout_model.config.hidden_size
+    h, m = torch.randn(B, H), torch.randn(B, dec.inter)
+    a_ = torch.randn(B, dec.n_heads * dec.head_dim)
+
+    def matmuls():   # the matmuls of T decode steps, nothing else
+        for _ in range(T):
+            for ly in dec.layers:
+                torch.mm(h, ly.qkv_t); torch.mm(a_, ly.o_t); torch.mm(h, ly.gate_up_t); torch.mm(m, ly.down_t)
+            torch.mm(h, dec.head_t)
+
+    st = KVStepper(dec)
+    st.prefill(ctx, L + T, tok.pad_token_id)
+    q = torch.randn(B, dec.n_kv, dec.n_heads // dec.n_kv, dec.head_dim)
+    K, V = st.cache.k[0][:, :, :L + T // 2], st.cache.v[0][:, :, :L + T // 2]
+    mask = torch.zeros(B, 1, 1, K.shape[2])
+
+    def attention():   # the attention calls of T decode steps at the mean key length
+        for _ in range(T):
+            for _ in dec.layers:
+                F.scaled_dot_product_attention(q, K, V, attn_mask=mask, scale=dec.scale)
+
+    r = {k: med(fn) for k, fn in [("sample", sample), ("prefill", prefill), ("generate's prefill", hf_prefill),
+                                  ("decode steps (model only)", steps), ("their matmuls alone", matmuls),
+                                  ("their attention alone", attention)]}
+    print(f"\nbreakdown, median of 7 (ms): " + ", ".join(f"{k} {v:.1f}" for k, v in r.items()))
+    rest = r["sample"] - r["prefill"] - r["decode steps (model only)"]
+    other = r["decode steps (model only)"] - r["their matmuls alone"] - r["their attention alone"]
+    floor = r["prefill"] + r["their matmuls alone"]
+    print(f"  differences of medians (noisy): sampling and bookkeeping {rest:.1f} ms; the decode steps' ops other than "
+          f"matmuls and attention {other:.1f} ms; prefill + decode matmuls = {floor:.1f} ms")
 
 
 if __name__ == "__main__":
