@@ -245,11 +245,26 @@ def test_decoder_logits_equal_the_models_forward():
             assert torch.allclose(logits2[i], full[-1], atol=1e-5)
 
 
+def _gemm_rows_stable() -> bool:
+    """Does this CPU's GEMM give a row the same bits whatever the number of rows (>= 32)? MKL's AVX-512
+    kernels do; its AVX2 and SSE kernels do not (MKL_ENABLE_INSTRUCTIONS=AVX2 shows it)."""
+    g = torch.Generator().manual_seed(0)
+    for n, k in ((96, 64), (302, 128)):
+        h, w = torch.randn(600, k, generator=g), torch.randn(n, k, generator=g)
+        full = h @ w.t()
+        if not all(torch.equal(h[i:i + c] @ w.t(), full[i:i + c]) for c in (33, 47, 131, 295) for i in (0, c, 200)):
+            return False
+    return True
+
+
 def test_prefill_in_row_chunks_is_bit_for_bit_one_pass():
     """Decoder.forward prefills long batches in row chunks (cache-sized); logits, every K/V written and
-    the decode steps after it are bit for bit those of one pass over all rows, also on top of a cached
-    prefix, and the chunked pass did run in several chunks."""
+    the decode steps after it are those of one pass over all rows, also on top of a cached prefix, and
+    the chunked pass did run in several chunks. Bit for bit where the GEMM's rows do not depend on the
+    row count (AVX-512 MKL, where the DAG's numbers were measured); within float rounding elsewhere."""
     from rtpo.engine import decoder as D
+
+    same = torch.equal if _gemm_rows_stable() else (lambda a, b: torch.allclose(a, b, rtol=1e-5, atol=1e-5))
 
     e = tiny.engine(seed=3)
     one, chunked = D.Decoder(e.rollout_model), D.Decoder(e.rollout_model)
@@ -273,9 +288,9 @@ def test_prefill_in_row_chunks_is_bit_for_bit_one_pass():
             steps = [dec.step(c, toks[:, i]) for i in range(3)]
             out.append((logits, c, steps))
         (l1, c1, s1), (l2, c2, s2) = out
-        assert torch.equal(l1, l2) and torch.equal(c1.lens, c2.lens) and torch.equal(c1.lens, pre + n_new + 3)
-        assert all(torch.equal(a, b) for a, b in zip(c1.k + c1.v, c2.k + c2.v))
-        assert all(torch.equal(a, b) for a, b in zip(s1, s2))
+        assert same(l1, l2) and torch.equal(c1.lens, c2.lens) and torch.equal(c1.lens, pre + n_new + 3)
+        assert all(same(a, b) for a, b in zip(c1.k + c1.v, c2.k + c2.v))
+        assert all(same(a, b) for a, b in zip(s1, s2))
     assert calls == [2, 2, 2, 1] * 2
 
 

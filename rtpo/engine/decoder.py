@@ -304,10 +304,12 @@ class Decoder:
         total = cache.lens + n_new
         L = int(total.max())
         # Rows in chunks of about PREFILL_CHUNK_TOKENS padded tokens, so that a layer's activations stay in
-        # the core's cache (B = 64 contexts of 120 tokens: 1.8x faster than all rows at once). Bit for bit
-        # the same: every row of a chunk attends over the same L keys and M queries as without chunks, the
-        # matmuls see >= M >= 32 rows (torch's CPU kernels give each row the same bits then), and the
-        # output head runs once over all rows.
+        # the core's cache (B = 64 contexts of 120 tokens: 1.8x faster than all rows at once). Every row of
+        # a chunk attends over the same L keys and M queries as without chunks (SDPA's bits depend on the key
+        # length), the matmuls see >= M >= 32 rows, and the output head runs once over all rows: bit for bit
+        # one pass where the GEMM gives a row the same bits whatever the row count (MKL's AVX-512 kernels
+        # from 16 rows up); MKL's AVX2 kernels do not, and there chunking moves the logits by float
+        # rounding, as a different batch size does (deterministic either way).
         rows = B if M < 32 else max(1, self.PREFILL_CHUNK_TOKENS // M)
         last = [self._forward_rows(cache if rows >= B else _RowSlice(cache, b0, min(B, b0 + rows)),
                                    tokens[b0:b0 + rows], n_new[b0:b0 + rows], L) for b0 in range(0, B, rows)]
