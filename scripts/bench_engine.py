@@ -145,12 +145,12 @@ def breakdown(e, tok, ctx, a) -> None:
 
     H = e.rollout_model.config.hidden_size
     h, m = torch.randn(B, H), torch.randn(B, dec.inter)
-    a_ = torch.randn(B, dec.n_heads * dec.head_dim)
+    att = torch.randn(B, dec.n_heads * dec.head_dim)
 
     def matmuls():   # the matmuls of T decode steps, nothing else
         for _ in range(T):
             for ly in dec.layers:
-                torch.mm(h, ly.qkv_t); torch.mm(a_, ly.o_t); torch.mm(h, ly.gate_up_t); torch.mm(m, ly.down_t)
+                torch.mm(h, ly.qkv_t); torch.mm(att, ly.o_t); torch.mm(h, ly.gate_up_t); torch.mm(m, ly.down_t)
             torch.mm(h, dec.head_t)
 
     st = KVStepper(dec)
