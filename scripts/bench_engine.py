@@ -1,11 +1,13 @@
 """Engine throughput, side by side on the same model and batch (not a test; prints figures).
 
-    .venv/bin/python scripts/bench_engine.py [--hidden 128 --layers 2 --batch 16 --new 64 --threads 2] [--breakdown]
+    .venv/bin/python scripts/bench_engine.py [--hidden 128 --layers 2 --batch 16 --new 64 --threads 2] [--breakdown] [--compile]
 
 Prints tokens/s of LocalEngine.sample (rtpo.engine.decoder: batched, preallocated KV cache,
 per-token logprobs, per-request counter-based seeds; its prefix cache emptied before each repeat),
 of transformers' model.generate on the same contexts (sampling, KV cache, no logprobs), and of
-LocalEngine.update (PPO step: forward + backward + AdamW), plus the ratios.
+LocalEngine.update (PPO step: forward + backward + AdamW), plus the ratios. --compile also times the
+decode steps with `torch.compile(Decoder.step, dynamic=True)` against the eager step (why the engine
+does not compile: see the README's performance section).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the parts of `sample` (prefill, decode steps) against their floors")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time the decode steps with torch.compile(Decoder.step) against the eager step")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
 
@@ -94,6 +98,8 @@ def main() -> None:
     print(f"LocalEngine.update   {s_upd:9.0f} trained tok/s (PPO forward+backward+AdamW, plus the pre-update ratio pass)")
     if a.breakdown:
         breakdown(e, tok, ctx, a)
+    if a.compile:
+        compiled_steps(e, tok, ctx, a)
 
 
 def breakdown(e, tok, ctx, a) -> None:
@@ -173,6 +179,42 @@ def breakdown(e, tok, ctx, a) -> None:
     floor = r["prefill"] + r["their matmuls alone"]
     print(f"  differences of medians (noisy): sampling and bookkeeping {rest:.1f} ms; the decode steps' ops other than "
           f"matmuls and attention {other:.1f} ms; prefill + decode matmuls = {floor:.1f} ms")
+
+
+def compiled_steps(e, tok, ctx, a) -> None:
+    """T decode steps of the model (no sampling) with the eager `Decoder.step` and with
+    torch.compile(Decoder.step, dynamic=True) (inductor's C++ kernels; one graph break at the step's
+    host-side max length), alternating; the compile time of the first call; the largest logit difference."""
+    import statistics
+
+    from rtpo.engine.decoder import KVStepper
+
+    dec, B, T = e._decoder, len(ctx), a.new
+    L = max(len(c) for c in ctx)
+    t = torch.randint(10, len(tok), (B,), generator=torch.Generator().manual_seed(0))
+    eager, compiled = dec.step, torch.compile(dec.step, dynamic=True)
+
+    def steps(fn):
+        st = KVStepper(dec)
+        st.prefill(ctx, L + T, tok.pad_token_id)
+        t0 = time.perf_counter()
+        for _ in range(T):
+            logits = fn(st.cache, t)
+        return time.perf_counter() - t0, logits
+
+    t0 = time.perf_counter()
+    steps(compiled)
+    first = time.perf_counter() - t0
+    te, tc = [], []
+    for r in range(2 * a.repeats):
+        order = (eager, compiled) if r % 2 else (compiled, eager)
+        res = {fn: steps(fn) for fn in order}
+        te.append(res[eager][0]); tc.append(res[compiled][0])
+    diff = float((res[eager][1] - res[compiled][1]).abs().max())
+    me, mc = statistics.median(te) * 1e3, statistics.median(tc) * 1e3
+    print(f"\n{T} decode steps, median of {len(te)} alternating: eager {me:.1f} ms, torch.compile {mc:.1f} ms "
+          f"(eager / compiled {me / mc:.2f}); first compiled call {first:.1f} s (compile included); "
+          f"last logits max |diff| {diff:.1e}")
 
 
 if __name__ == "__main__":
