@@ -185,10 +185,12 @@ def compiled_steps(e, tok, ctx, a) -> None:
     """T decode steps of the model (no sampling) with the eager `Decoder.step` and with
     torch.compile(Decoder.step, dynamic=True) (inductor's C++ kernels; one graph break at the step's
     host-side max length), alternating; the compile time of the first call; the largest logit difference."""
+    import logging
     import statistics
 
     from rtpo.engine.decoder import KVStepper
 
+    torch._logging.set_logs(dynamo=logging.ERROR)   # the graph break is expected; no warning per call site
     dec, B, T = e._decoder, len(ctx), a.new
     L = max(len(c) for c in ctx)
     t = torch.randint(10, len(tok), (B,), generator=torch.Generator().manual_seed(0))
