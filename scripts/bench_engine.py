@@ -102,6 +102,19 @@ def main() -> None:
         compiled_steps(e, tok, ctx, a)
 
 
+def decode_steps(dec, ctx, T, pad_id, step, tokens):
+    """Prefill ctx into a fresh cache, then time T calls of step(cache, tokens) (the model only, no
+    sampling): (seconds, the last step's logits)."""
+    from rtpo.engine.decoder import KVStepper
+
+    st = KVStepper(dec)
+    st.prefill(ctx, max(len(c) for c in ctx) + T, pad_id)
+    t0 = time.perf_counter()
+    for _ in range(T):
+        logits = step(st.cache, tokens)
+    return time.perf_counter() - t0, logits
+
+
 def breakdown(e, tok, ctx, a) -> None:
     """Where `sample`'s time goes, and the floor of any decoder built from torch's eager CPU kernels:
     the prefill (the same matmuls as generate's) plus the decode steps' matmuls alone."""
@@ -141,13 +154,7 @@ def breakdown(e, tok, ctx, a) -> None:
                             use_cache=True, logits_to_keep=1)
 
     def steps():   # T decode steps, the model only (no sampling)
-        st = KVStepper(dec)
-        st.prefill(ctx, L + T, tok.pad_token_id)
-        t = torch.zeros(B, dtype=torch.long)
-        t0 = time.perf_counter()
-        for _ in range(T):
-            st.step(t)
-        return time.perf_counter() - t0
+        return decode_steps(dec, ctx, T, tok.pad_token_id, dec.step, torch.zeros(B, dtype=torch.long))[0]
 
     H = e.rollout_model.config.hidden_size
     h, m = torch.randn(B, H), torch.randn(B, dec.inter)
@@ -188,21 +195,13 @@ def compiled_steps(e, tok, ctx, a) -> None:
     import logging
     import statistics
 
-    from rtpo.engine.decoder import KVStepper
-
     torch._logging.set_logs(dynamo=logging.ERROR)   # the graph break is expected; no warning per call site
     dec, B, T = e._decoder, len(ctx), a.new
-    L = max(len(c) for c in ctx)
     t = torch.randint(10, len(tok), (B,), generator=torch.Generator().manual_seed(0))
     eager, compiled = dec.step, torch.compile(dec.step, dynamic=True)
 
     def steps(fn):
-        st = KVStepper(dec)
-        st.prefill(ctx, L + T, tok.pad_token_id)
-        t0 = time.perf_counter()
-        for _ in range(T):
-            logits = fn(st.cache, t)
-        return time.perf_counter() - t0, logits
+        return decode_steps(dec, ctx, T, tok.pad_token_id, fn, t)
 
     t0 = time.perf_counter()
     steps(compiled)
