@@ -10,7 +10,8 @@ in the `-D` directory, output to `--output` (%j = job id), with SLURM_JOB_ID and
 as Slurm would; it records the job's state (COMPLETED or FAILED) under $FAKE_SLURM_DIR/jobs and
 prints the job id (`--parsable`). sacct and squeue report those states as `<id>|<STATE>`;
 sacctmgr lists one account ($FAKE_SLURM_ACCOUNT, default "rtpo_test"); scontrol shows a config
-with MinJobAge and MaxArraySize; srun drops its options and runs the command.
+with MinJobAge and MaxArraySize, and expands a node list (`scontrol show hostnames gpu[07-08],cpu1`);
+srun drops its options (`-w NODE` included: every "node" is this machine) and runs the command.
 
 A job runs in its own session; when its script exits, what is left of it is killed, as Slurm ends
 a job's processes with the job.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,7 +41,8 @@ VALUE_OPTS = {"-A", "--account", "-p", "--partition", "-t", "--time", "--mem", "
               "-J", "--job-name", "-o", "--output", "-e", "--error", "--comment", "-C", "--constraint",
               "--clusters", "-M", "-n", "--ntasks", "-c", "--cpus-per-task", "-N", "--nodes", "--jobid",
               "--gpus", "-G", "--gres", "--qos", "--reservation", "--exclude", "--array",
-              "--starttime", "-S", "--endtime", "-E", "--format", "-o", "-u", "--user", "--states", "--name"}
+              "--starttime", "-S", "--endtime", "-E", "--format", "-o", "-u", "--user", "--states", "--name",
+              "-w", "--nodelist"}
 
 
 def state_dir() -> Path:
@@ -226,10 +229,28 @@ def sacctmgr(argv: list[str]) -> int:
     return 0
 
 
+def hostnames(nodelist: str) -> list[str]:
+    """`gpu[07-08,10],cpu1` -> gpu07 gpu08 gpu10 cpu1 (one bracket group per name, as Slurm writes them)."""
+    out = []
+    for name in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,]*)?", nodelist):
+        m = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", name)
+        if not m:
+            out.append(name)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append(f"{prefix}{i:0{len(lo)}d}{suffix}")
+    return out
+
+
 def scontrol(argv: list[str]) -> int:
     if argv[:2] == ["show", "config"]:
         print("MinJobAge               = 300 sec")
         print("MaxArraySize            = 1001")
+    elif argv[:2] == ["show", "hostnames"] and len(argv) > 2:
+        print("\n".join(hostnames(argv[2])))
     return 0
 
 
