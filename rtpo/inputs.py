@@ -6,17 +6,29 @@ check_model_dir(path): a Hugging Face model directory as `rtpo train --model` / 
 --model` read it: every *.json parses, every *.safetensors file has a valid header whose tensors
 exactly cover the file (a truncated download or copy fails here), the shards named by
 model.safetensors.index.json exist, and a torch *.bin weights file is a readable zip archive.
-Reading a safetensors header costs a few hundred kB whatever the model size; tensor data is not
-read (the format carries no checksum, so a flipped bit inside a tensor is not detectable).
+Reading a safetensors header costs a few hundred kB whatever the model size. The format carries no
+checksum, so a flipped bit inside a tensor is found only through a manifest (below).
+
+Manifests (issue 31): every directory rtpo writes whole -- a checkpoint (checkpoint/step-N/), a
+run's final/, the base model -- gets MANIFEST, written last, with the size and sha256 of each of
+its files. `verify_manifest` checks them before the directory is used: a bit flipped on disk or in
+a copy, a truncated or a swapped file fails with exit 2 naming the file, rather than a run resuming
+from (or evaluating) weights that are not the ones written. check_model_dir verifies the manifest of
+a model directory that has one (a hub download or a model saved by other tools has none).
+
+RowError: a line of a JSON Lines input that cannot be used (`path:LINE: field 'x': ...`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
 import zipfile
 from pathlib import Path
+
+MANIFEST = "rtpo-manifest.json"
 
 
 class CorruptFileError(ValueError):
@@ -25,6 +37,15 @@ class CorruptFileError(ValueError):
     def __init__(self, path: str | Path, message: str):
         self.path = str(path)
         super().__init__(f"{path}: {message}")
+
+
+class RowError(CorruptFileError):
+    """A line of a JSON Lines file that cannot be used: `path:LINE: field 'answers': expected ...`."""
+
+    def __init__(self, path: str | Path, line: int, message: str, field: str | None = None):
+        self.line, self.field = line, field
+        super().__init__(f"{path}:{line}", f"field {field!r}: {message}" if field else message)
+        self.path = str(path)
 
 
 # bytes per element of each safetensors dtype (safetensors/src/tensor.rs)
@@ -103,3 +124,70 @@ def check_model_dir(path: str | Path) -> None:
             magic = fh.read(2)
         if f.name.startswith(("pytorch_model", "model")) and magic[:1] != b"\x80" and not zipfile.is_zipfile(f):
             raise CorruptFileError(f, "truncated or corrupt torch weights file (not a readable zip archive)")
+    # last: the structural checks above name a truncated file more precisely than a size mismatch
+    verify_manifest(d)
+
+
+# ------------------------------------------------------------------------------------------------
+# manifests: the size and sha256 of every file of a directory, written last, verified before use
+# ------------------------------------------------------------------------------------------------
+
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _listed(d: Path) -> list[Path]:
+    """The files a manifest covers: every regular file under `d` but the manifest itself and hidden
+    files (an NFS .nfsXXXX placeholder is not part of what was written)."""
+    return sorted(p for p in d.rglob("*") if p.is_file() and p.name != MANIFEST
+                  and not any(part.startswith(".") for part in p.relative_to(d).parts))
+
+
+def write_manifest(directory: str | Path) -> Path:
+    """Write MANIFEST into `directory`, once every other file of it is written. Its bytes depend only
+    on the files' contents (sorted keys, no times), so identical outputs get identical manifests."""
+    d = Path(directory)
+    files = {p.relative_to(d).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in _listed(d)}
+    path = d / MANIFEST
+    path.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def verify_manifest(directory: str | Path, required: bool = False) -> bool:
+    """Check every file of `directory` against its MANIFEST: present, of the recorded size and
+    sha256, and no file the manifest does not list. Raises CorruptFileError naming the file. Without
+    a manifest: False, or with `required` a CorruptFileError naming the missing manifest."""
+    d = Path(directory)
+    path = d / MANIFEST
+    if not path.is_file():
+        if required:
+            raise CorruptFileError(path, "missing: the directory carries no checksums (written before "
+                                         "manifests existed, or damaged), so it cannot be verified")
+        return False
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+        entries = {str(rel): (int(w["bytes"]), str(w["sha256"])) for rel, w in files.items()}
+        if any(Path(rel).is_absolute() or ".." in Path(rel).parts for rel in entries):
+            raise ValueError("a listed path leaves the directory")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise CorruptFileError(path, f"corrupt manifest ({type(e).__name__}: {e})") from None
+    for rel, (size, sha) in sorted(entries.items()):
+        f = d / rel
+        if not f.is_file():
+            raise CorruptFileError(f, f"missing, but listed in {path}")
+        have = f.stat().st_size
+        if have != size:
+            raise CorruptFileError(f, f"{have} bytes, but {MANIFEST} records {size}: truncated or changed "
+                                      "after it was written")
+        got = file_sha256(f)
+        if got != sha:
+            raise CorruptFileError(f, f"sha256 {got[:12]}... differs from the {sha[:12]}... that {MANIFEST} "
+                                      "records: the file changed after it was written (a disk or copy fault)")
+    for f in _listed(d):
+        if f.relative_to(d).as_posix() not in entries:
+            raise CorruptFileError(f, f"not listed in {path}: the directory changed after it was written")
+    return True

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from rtpo.data import read_tasks
 from rtpo.data.adapters import AdapterError, load_benchmark
 from rtpo.data.paper import decontaminate, normalize_question, prepare
 from rtpo.envs.base import Task
@@ -190,6 +191,16 @@ def test_prepare_end_to_end(repo, server, tmp_path, monkeypatch):
     evals = [json.loads(x) for x in (tmp_path / "keyed" / "eval.jsonl").read_text().splitlines()]
     web = [t for t in evals if t["source"] in ("gaia", "hle", "webwalkerqa", "xbench-deepsearch")]
     assert len(web) == 11 and all(t["meta"]["retriever"]["kind"] == "serpapi" for t in web)  # HLE: 2 text-only
+    # every row the adapters wrote passes the typed row schema the jobs check at load (issue 31);
+    # search rows need their backend (data.search.retriever, which this data section leaves out)
+    for split in ("train", "eval"):
+        assert read_tasks(out / "math" / f"{split}.jsonl", "math")
+    with pytest.raises(ValueError, match=r"train.jsonl:1: field 'meta': expected one of 'retriever', 'corpus_path'"):
+        read_tasks(out / "search" / "train.jsonl", "search")
+    d = data_cfg(repo, base, retriever={"kind": "http", "url": "http://127.0.0.1:9", "timeout_s": 5})
+    prepare("search", d["search"], tmp_path / "served", data=d)
+    for split in ("train", "eval"):
+        assert read_tasks(tmp_path / "served" / f"{split}.jsonl", "search")
 
 
 def test_prepare_rejects_a_changed_source(repo, server, tmp_path):

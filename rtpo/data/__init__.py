@@ -94,17 +94,31 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
 
 
-def read_tasks(path: str | Path) -> list[Task]:
-    """Read a train.jsonl / eval.jsonl written by `write_task_files`; errors name the file and line."""
+def read_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
+    """Read a train.jsonl / eval.jsonl (written by `write_task_files` or rtpo.data.paper), every row
+    checked against the typed schema of rtpo.data.schema, ids unique; with `kind`, every row must be
+    of that kind (the run's --task). Raises RowError naming file, line and field (exit 2 in `rtpo`)."""
+    from rtpo.data.schema import FieldError, check_row
+    from rtpo.inputs import RowError
+
     out = []
+    first: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                out.append(Task.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: not a task ({type(e).__name__}: {e})") from None
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RowError(path, n, f"not a task ({type(e).__name__}: {e})") from None
+            try:
+                check_row(row, kind)
+                if row["id"] in first:
+                    raise FieldError("id", f"duplicate id {row['id']!r} (first at line {first[row['id']]})")
+            except FieldError as e:
+                raise RowError(path, n, str(e), field=e.field) from None
+            first[row["id"]] = n
+            out.append(Task.from_dict(row))
     return out
 
 
