@@ -21,7 +21,9 @@ from typing import Any
 import torch
 from rtpo.progress import progress as tqdm
 
+from rtpo.atomic import atomic_dir
 from rtpo.context import apply_psi, split_turns
+from rtpo.inputs import write_manifest
 
 
 def read_demos(data_dir: str | Path, tasks: list[str]) -> list[dict[str, Any]]:
@@ -266,9 +268,12 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
                      bool(s.get("bf16", False)), seed=seed, max_len=model.config.max_position_embeddings)
         summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses)
     model.eval()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
     summary["wall_s"] = time.perf_counter() - t0
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+    # renamed into place whole, with the checksums every job that reads it verifies first
+    # (rtpo.inputs.check_model_dir): a damaged base model fails there, naming the file
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+        write_manifest(tmp)
     return summary

@@ -13,6 +13,14 @@ The checkpoint is one atomic unit (issue 20): `checkpoint/step-<N>/` holds the e
 restores metrics.jsonl from the checkpoint (the records of later steps are recomputed); final/ and
 summary.json are renamed into place too.
 
+Checksums (issue 31): a checkpoint and final/ carry rtpo.inputs.MANIFEST (size and sha256 of every
+file, written last). Resuming verifies it and the checkpoint's metrics.jsonl (one record per step
+0..N) before anything is changed: a damaged file fails with exit 2 naming it, never a silent resume
+from other weights (which, on a completed run, would also re-export final/ from them). A checkpoint
+without a manifest (written before manifests existed) is refused the same way: it cannot be told
+from a damaged one. The summary is computed before final/ is replaced, so a run whose records
+cannot be summarised leaves an existing final/ as it was.
+
 SIGTERM (a Slurm time limit or preemption; Slurm sends SIGKILL after its grace time): the step in
 progress is finished, a checkpoint is saved, and `rtpo train` exits with 143 (128 + SIGTERM), so
 Slurm and Snakemake see the job fail and the rerun resumes. If the grace time is shorter than a
@@ -43,20 +51,21 @@ from rtpo.progress import progress as tqdm
 from rtpo.atomic import atomic_dir, atomic_write_text, remove_leftovers
 from rtpo.config import env_options, method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
-from rtpo.inputs import CorruptFileError, check_safetensors
+from rtpo.inputs import CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
 from rtpo.envs.base import Task
 from rtpo.instrument import JsonlWriter, run_summary
 from rtpo.rollout import Roller
 from rtpo.signals import Stopped, StopOnSigterm
 
 
-def load_tasks(path: str | Path) -> list[Task]:
-    """The task file of a split (rtpo.data.read_tasks), which must exist and hold at least one task."""
+def load_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
+    """The task file of a split (rtpo.data.read_tasks: every row type-checked, of `kind` if given),
+    which must exist and hold at least one task."""
     from rtpo.data import read_tasks
 
     if not Path(path).exists():
         raise FileNotFoundError(f"task file not found: {path}")
-    tasks = read_tasks(path)
+    tasks = read_tasks(path, kind)
     if not tasks:
         raise ValueError(f"{path}: no tasks")
     return tasks
@@ -138,6 +147,7 @@ def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWri
         fault_point("ckpt-engine", step, slow=True)
         (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state()}))
         shutil.copyfile(log.path, tmp / "metrics.jsonl")
+        write_manifest(tmp)                    # last: it covers every file above
         fault_point("ckpt-files", step, slow=True)
     fault_point("ckpt-renamed", step, slow=True)
     prune_checkpoints(root, keep=final)
@@ -145,10 +155,29 @@ def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWri
     return final
 
 
-def check_checkpoint_files(ck: Path) -> None:
+def check_metrics(path: Path, step: int) -> None:
+    """A checkpoint's metrics.jsonl holds one JSON record per step 0..step, in order: what the
+    resumed run appends to and summarises at the end. Raises RowError naming the line."""
+    n = -1
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RowError(path, n + 1, f"corrupt JSON ({e})") from None
+        got = rec.get("step") if isinstance(rec, dict) else None
+        if got != n:
+            raise RowError(path, n + 1, f"expected the record of step {n}, got {got!r}", field="step")
+    if n != step:
+        raise CorruptFileError(path, f"holds the records of {n + 1} steps, but the checkpoint is of step {step} "
+                                     f"(expected {step + 1})")
+
+
+def check_checkpoint_files(ck: Path, step: int) -> None:
     """Name a damaged file of a checkpoint before a loader fails on it without naming it: a torch
     file (a zip archive) cut short, a safetensors file whose header does not match its size, JSON
-    that does not parse. (A kill cannot leave these: checkpoints are renamed into place whole.)"""
+    that does not parse, metrics records that are not one per step; then every file against the
+    manifest's sha256 (a flipped bit anywhere). (A kill cannot leave these: checkpoints are renamed
+    into place whole.)"""
     for f in sorted(ck.iterdir()):
         if f.suffix == ".json":
             try:
@@ -162,6 +191,8 @@ def check_checkpoint_files(ck: Path) -> None:
                 zipped = fh.read(2) == b"PK"
             if zipped and not zipfile.is_zipfile(f):
                 raise CorruptFileError(f, "truncated or corrupt torch file (not a complete zip archive)")
+    check_metrics(ck / "metrics.jsonl", step)  # before the checksums: it names the line
+    verify_manifest(ck, required=True)
 
 
 def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int:
@@ -174,7 +205,7 @@ def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int
         return 0
     step, ck = found[-1]
     try:
-        check_checkpoint_files(ck)
+        check_checkpoint_files(ck, step)
         state = json.loads((ck / "state.json").read_text())
         metrics = (ck / "metrics.jsonl").read_text()
         if int(state["step"]) != step:
@@ -201,7 +232,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
     with StopOnSigterm() as stop:
         seed_everything(seed)
-        tasks = load_tasks(train_file)
+        tasks = load_tasks(train_file, kind=task)
         engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
         params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
         roller = Roller(engine, env_factory(env_cfg), psi, params)
@@ -235,13 +266,15 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
                     raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
                                   "the same command resumes from it")
         bar.close()
+        # the summary first: a run that cannot summarise its records fails before it replaces final/
+        summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
+                              wall_s_this_run=time.perf_counter() - t0)
         fault_point("final-begin")
         with atomic_dir(out / "final") as tmp:
             engine.export(tmp)
+            write_manifest(tmp)                # checked by `rtpo evaluate` (rtpo.inputs.check_model_dir)
             fault_point("final-exported", slow=True)
         fault_point("final-end")
-        summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
-                              wall_s_this_run=time.perf_counter() - t0)
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
         fault_point("summary-end")
     return summary

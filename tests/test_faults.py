@@ -210,7 +210,8 @@ def test_sigkill_at_random_moments_then_rerun_matches_uninterrupted_run(setup, s
     byte, metrics and summary but for wall-clock fields. (~2 min on 2 busy cores)"""
     d = setup
     ref = snapshot(reference[0])
-    assert ref["checkpoint"] == [f"checkpoint/step-{STEPS - 1:08d}/{f}" for f in ("engine.pt", "metrics.jsonl", "state.json")]
+    assert ref["checkpoint"] == [f"checkpoint/step-{STEPS - 1:08d}/{f}"
+                                 for f in ("engine.pt", "metrics.jsonl", "rtpo-manifest.json", "state.json")]
     # a forked run without write delays: the same result as the plain subprocess; its wall time
     # is the span of the uniformly random kill times
     out = tmp_path / "forked" / "run"
@@ -337,15 +338,23 @@ def test_corrupt_model_header_names_it(setup, model_copy, tmp_path, capsys):
     assert out.read_text() == '{"old": true}'
 
 
-def test_corrupt_checkpoint_names_it_and_changes_nothing(setup, tmp_path, capsys):
-    """A damaged engine.pt in the newest checkpoint (a disk fault; a kill cannot do it): the rerun
-    exits 2 naming the checkpoint and how to start over; metrics.jsonl and the checkpoint stay."""
+@pytest.fixture(scope="module")
+def one_step_run(setup, tmp_path_factory):
+    """A complete one-step grpo run (final/, summary.json, checkpoint/step-00000000): rerun with
+    train_argv's 3 steps, it resumes from that checkpoint."""
     from rtpo.config import load_config
     from rtpo.train import train
 
-    out = tmp_path / "run"
+    out = tmp_path_factory.mktemp("one_step") / "run"
     cfg = load_config(ROOT / "config" / "smoke.yaml", SETS[1:] + ["train.steps=1"])
     train("grpo", "airline", cfg, 0, out, setup / "model", setup / "data" / "train.jsonl", progress=False)
+    return out
+
+
+def test_corrupt_checkpoint_names_it_and_changes_nothing(setup, one_step_run, tmp_path, capsys):
+    """A damaged engine.pt in the newest checkpoint (a disk fault; a kill cannot do it): the rerun
+    exits 2 naming the checkpoint and how to start over; metrics.jsonl and the checkpoint stay."""
+    out = Path(shutil.copytree(one_step_run, tmp_path / "run"))
     (out / "summary.json").unlink()
     ck = out / "checkpoint" / "step-00000000"
     (ck / "engine.pt").write_bytes((ck / "engine.pt").read_bytes()[:5000])
@@ -371,6 +380,243 @@ def test_corrupt_task_jsonl_names_file_and_line(setup, tmp_path, capsys):
     assert rc == 2
     assert f"rtpo train: error: {bad}:3: not a task (JSONDecodeError: " in err, err
     assert not out.exists() or not any(out.iterdir())
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 31: nothing wrong is read silently -- typed task rows, checksummed checkpoints and models
+# ------------------------------------------------------------------------------------------------
+
+def flip_tensor_byte(path: Path) -> None:
+    """Flip one bit in the middle of the largest member of a torch zip file (engine.pt's biggest
+    tensor): the archive still reads, only that member's CRC and the file's sha256 change."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        info = max(z.infolist(), key=lambda i: i.file_size)
+    assert info.compress_type == zipfile.ZIP_STORED
+    data = bytearray(path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def flip_safetensors_byte(path: Path) -> None:
+    """Flip one bit in the middle of a safetensors file's tensor data (its header stays valid)."""
+    data = bytearray(path.read_bytes())
+    (n,) = struct.unpack("<Q", data[:8])
+    data[8 + n + (len(data) - 8 - n) // 2] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _rows(kind: str) -> list[dict]:
+    from rtpo.data import generate_tasks
+
+    return [t.to_dict() for t in generate_tasks(kind, 3, 0, "train")]
+
+
+def _first_flight(row: dict) -> str:
+    return sorted(row["meta"]["db"]["flights"])[0]
+
+
+def _set(path: str, value):
+    """A row edit: set the dotted `path` ("meta.corpus_seed", "answers") to `value`."""
+    def edit(row: dict) -> None:
+        *parents, last = path.split(".")
+        for p in parents:
+            row = row[p]
+        row[last] = value
+    return edit
+
+
+def _paper_row(**meta) -> dict:
+    """A row as rtpo.data.paper writes a QA benchmark's (adapters' Task, meta retriever + row)."""
+    return {"id": "hotpotqa-5a8b57f25542995d1e6f1371", "kind": "search", "question": "Which city is the capital?",
+            "answers": ["Lumen", "lumen city"], "tier": "easy", "split": "test", "source": "hotpotqa",
+            "meta": {"retriever": {"kind": "http", "url": "auto", "index": "/x/bm25"}, "row": 0, **meta}}
+
+
+# (task, 1-based line of the bad row, edit of that row, what the error says after `<file>:<line>: `)
+ROW_CASES = {
+    "answers int": ("math", 2, _set("answers", 1818),
+                    "field 'answers': expected a non-empty list of non-empty strings, got int"),
+    "question list": ("math", 1, _set("question", ["a"]), "field 'question': expected a non-empty string, got list"),
+    "question empty": ("math", 3, _set("question", "  "),
+                       "field 'question': expected a non-empty string, got an empty string"),
+    "answer empty": ("search", 3, _set("answers", ["Tarnwick", ""]),
+                     "field 'answers': expected a non-empty list of non-empty strings, got an empty string at index 1"),
+    "no answers": ("math", 2, _set("answers", []),
+                   "field 'answers': expected a non-empty list of non-empty strings, got an empty list"),
+    "corpus seed str": ("search", 1, _set("meta.corpus_seed", "0"), "field 'meta.corpus_seed': expected an integer, got str"),
+    "price nan": ("airline", 2, lambda r: _set(f"meta.db.flights.{_first_flight(r)}.price", float("nan"))(r),
+                  "field 'meta.db.flights.{flight}.price': expected a finite number, got nan"),
+    "seats str": ("airline", 1, lambda r: _set(f"meta.db.flights.{_first_flight(r)}.seats", "3")(r),
+                  "field 'meta.db.flights.{flight}.seats': expected an integer >= 0, got str"),
+    "goal fails": ("airline", 3, lambda r: _set("meta.goal.actions", [["cancel", {"reservation_id": "R1"}]])(r),
+                   "field 'meta.goal': airline task {id}: goal action #0 cancel{{'reservation_id': 'R1'}} fails: "
+                   "Error: no reservation R1."),
+    "tier": ("math", 1, _set("tier", "extreme"), "field 'tier': expected one of easy, medium, hard, got 'extreme'"),
+    "unknown field": ("math", 2, _set("answer", "3"), "field 'answer': unknown field (a task row has id, kind, "),
+    "missing field": ("math", 2, lambda r: r.pop("question"), "field 'question': missing (a task row needs id, "
+                                                               "kind, question, answers)"),
+    "other kind": ("math", 3, _set("kind", "search"),
+                   "field 'kind': expected 'math' (the task this job runs), got 'search'"),
+    "duplicate id": ("math", 3, lambda r: r.update(id="math-train-s0-00000"),
+                     "field 'id': duplicate id 'math-train-s0-00000' (first at line 1)"),
+    "paper retriever kind": ("search", 2, lambda r: r.update(_paper_row(retriever={"kind": "htp"})),
+                             "field 'meta.retriever.kind': expected one of bm25, bm25_index, dense_index, http, "
+                             "serpapi, got 'htp'"),
+    "paper meta not object": ("search", 1, lambda r: r.update(_paper_row(), meta=[1]),
+                              "field 'meta': expected an object, got list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ROW_CASES))
+def test_bad_task_row_names_file_line_field_and_changes_nothing(case, setup, reference, tmp_path, capsys):
+    """A mistyped row (an int `answers`, a list `question`, an empty string, NaN, a goal that cannot
+    be applied, a paper-adapter row with a bad backend, ...) fails `rtpo train` at load with exit 2
+    and `<file>:<line>: field '<field>': expected <type>, got <type>`; a complete run in --out is left
+    byte for byte as it was (before: a TypeError steps into training, or a silent run)."""
+    task, line, edit, message = ROW_CASES[case]
+    rows = _rows(task)
+    row = rows[line - 1]
+    flight = _first_flight(row) if task == "airline" else ""
+    edit(row)
+    bad = tmp_path / "train.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = Path(shutil.copytree(reference[0], tmp_path / "run"))
+    before = tree(out)
+    argv = train_argv(setup, out)
+    argv[argv.index("--train-file") + 1] = str(bad)
+    argv[argv.index("--task") + 1] = task
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, err
+    assert f"rtpo train: error: {bad}:{line}: {message.format(flight=flight, id=row['id'])}" in err, err
+    assert tree(out) == before
+
+
+def test_bad_eval_row_fails_evaluate_and_keeps_the_eval_json(setup, model_copy, tmp_path, capsys):
+    """`rtpo evaluate` reads its eval split through the same schema: a non-finite number in a row
+    is exit 2 naming file, line and field; the existing eval JSON is not overwritten."""
+    rows = _rows("airline")
+    rows[1]["meta"]["db"]["flights"][_first_flight(rows[1])]["price"] = float("inf")
+    bad = tmp_path / "eval.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "eval.json"
+    out.write_text('{"old": true}')
+    rc, err = run_cli(["evaluate", "--model", str(model_copy), "--method", "rtpo", "--task", "airline", "--config",
+                       str(ROOT / "config" / "smoke.yaml"), "--eval-file", str(bad), "--out", str(out)], capsys)
+    assert rc == 2, err
+    assert (f"rtpo evaluate: error: {bad}:2: field 'meta.db.flights.{_first_flight(rows[1])}.price': expected a "
+            "finite number, got inf") in err, err
+    assert out.read_text() == '{"old": true}'
+
+
+def test_bit_flip_in_checkpoint_tensor_data_fails_and_keeps_final(setup, reference, tmp_path, capsys):
+    """One bit flipped inside a tensor of a completed run's engine.pt (the zip archive still reads):
+    the rerun exits 2 naming engine.pt and the sha256 mismatch; final/, summary.json, metrics and
+    the checkpoint are unchanged (before: exit 0, final/ replaced by weights that were never trained)."""
+    out = Path(shutil.copytree(reference[0], tmp_path / "run"))
+    ck = out / "checkpoint" / f"step-{STEPS - 1:08d}"
+    flip_tensor_byte(ck / "engine.pt")
+    before = tree(out)
+    rc, err = run_cli(train_argv(setup, out), capsys)
+    assert rc == 2, err
+    assert f"rtpo train: error: {ck / 'engine.pt'}: sha256 " in err and "that rtpo-manifest.json records: the file " \
+        "changed after it was written (a disk or copy fault)" in err, err
+    assert f"cannot resume from the checkpoint {ck}: delete {out / 'checkpoint'} to train this run from scratch" in err
+    assert tree(out) == before
+
+
+def _truncate_metrics(ck: Path) -> None:
+    m = ck / "metrics.jsonl"
+    m.write_text(m.read_text()[: len(m.read_text()) // 2])  # inside its one record
+
+
+def _restep_metrics(ck: Path) -> None:
+    m = ck / "metrics.jsonl"
+    m.write_text(m.read_text().replace('"step": 0', '"step": 5'))
+
+
+# damage of a checkpoint -> what the error names after "rtpo train: error: "
+CKPT_CASES = {
+    "metrics truncated": (_truncate_metrics, "{ck}/metrics.jsonl:1: corrupt JSON ("),
+    "metrics step": (_restep_metrics, "{ck}/metrics.jsonl:1: field 'step': expected the record of step 0, got 5"),
+    "no manifest (old format)": (lambda ck: (ck / "rtpo-manifest.json").unlink(),
+                                 "{ck}/rtpo-manifest.json: missing: the directory carries no checksums (written "
+                                 "before manifests existed, or damaged), so it cannot be verified"),
+    "state changed": (lambda ck: (ck / "state.json").write_text((ck / "state.json").read_text() + " "),
+                      "{ck}/state.json: "),
+    "file added": (lambda ck: (ck / "extra.pt").write_bytes(b"x"),
+                   "{ck}/extra.pt: not listed in {ck}/rtpo-manifest.json"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CKPT_CASES))
+def test_damaged_checkpoint_fails_before_training(case, setup, one_step_run, tmp_path, capsys):
+    """The checkpoint's metrics.jsonl cut inside its record (the issue's case: before, every
+    remaining step trained, final/ was replaced, then exit 2 without a file name and no summary),
+    records of the wrong step, a checkpoint without checksums (the format before issue 31: refused,
+    it cannot be told from a damaged one), a changed or an added file: exit 2 naming the file before
+    any step; final/ and summary.json of the complete one-step run stay as they were."""
+    damage, message = CKPT_CASES[case]
+    out = Path(shutil.copytree(one_step_run, tmp_path / "run"))
+    ck = out / "checkpoint" / "step-00000000"
+    damage(ck)
+    before = tree(out)
+    rc, err = run_cli(train_argv(setup, out, method="grpo"), capsys)
+    assert rc == 2, err
+    assert f"rtpo train: error: {message.format(ck=ck)}" in err, err
+    assert f"cannot resume from the checkpoint {ck}" in err
+    assert tree(out) == before
+
+
+def test_final_dir_is_verified_before_evaluation(setup, reference, tmp_path, capsys):
+    """final/ carries the checksums of its files: a flipped bit in model.safetensors' tensor data
+    (its header still valid) fails `rtpo evaluate` with exit 2 naming the file; the existing eval
+    JSON stays. An intact copy evaluates."""
+    final = Path(shutil.copytree(reference[0] / "final", tmp_path / "final"))
+    assert (final / "rtpo-manifest.json").exists()
+    out = tmp_path / "eval.json"
+    out.write_text('{"old": true}')
+    argv = ["evaluate", "--model", str(final), "--method", "rtpo", "--task", "airline", "--config",
+            str(ROOT / "config" / "smoke.yaml"), "--eval-file", str(setup / "data" / "eval.jsonl"), "--out", str(out),
+            "--set", "eval.samples=1", "--set", "env.airline.max_turns=2"]
+    flip_safetensors_byte(final / "model.safetensors")
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, err
+    assert f"rtpo evaluate: error: {final / 'model.safetensors'}: sha256 " in err, err
+    assert out.read_text() == '{"old": true}'
+    shutil.copy2(reference[0] / "final" / "model.safetensors", final / "model.safetensors")
+    rc, err = run_cli(argv, capsys)
+    assert rc == 0, err
+    assert json.loads(out.read_text())["overall"]["samples"] == 2
+
+
+def test_base_model_carries_checksums_that_train_verifies(setup, tmp_path, capsys):
+    """`rtpo base-model` (rtpo.sft.build_base_model) writes the directory whole with its manifest;
+    a flipped bit in its weights fails `rtpo train --model` with exit 2 naming the file, before
+    anything is written."""
+    from rtpo.inputs import verify_manifest
+    from rtpo.sft import build_base_model
+    from rtpo.tokenizer import save_tokenizer
+
+    save_tokenizer(tiny.tokenizer(), tmp_path / "tok")
+    cfg = {"tasks": [], "model": {"source": "tiny", "threads": 1,
+                                  "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                                           "intermediate_size": 64, "max_position": 256}},
+           "sft": {"epochs": 0, "lr": 1e-3}}
+    base = tmp_path / "base"
+    build_base_model(cfg, tmp_path, tmp_path / "tok", base)
+    assert verify_manifest(base, required=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "tok"]  # no temporary left
+    flip_safetensors_byte(base / "model.safetensors")
+    out = tmp_path / "run"
+    argv = train_argv(setup, out)
+    argv[argv.index("--model") + 1] = str(base)
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, err
+    assert f"rtpo train: error: {base / 'model.safetensors'}: sha256 " in err, err
+    assert not out.exists()
 
 
 def test_corrupt_parquet_names_the_file(tmp_path):
