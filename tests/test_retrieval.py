@@ -29,7 +29,7 @@ from rtpo.retrieval.core import ResultCache, RetrievalError, bm25_scores, top_k_
 from rtpo.retrieval.index import DiskBM25Index, build_index
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.rollout import Roller, Start
-from rtpo.tools.search_tool import retriever_for
+from rtpo.tools.search_tool import SEARCH_FAILED, retriever_for
 from tests.helpers import tiny
 
 N_PASSAGES = 100_000
@@ -267,7 +267,7 @@ def test_server_killed_during_a_rollout(big, tmp_path):
     assert time.monotonic() - t0 < 30
     obs = [t.observations[0]["content"] for t in traj.turns[:2]]
     assert obs[0].startswith("[1] ") and want[0]["text"] in obs[0]
-    assert obs[1].startswith("Error: search failed") and "after 2 attempts" in obs[1]
+    assert obs[1] == SEARCH_FAILED  # a fixed text: no URL or port of the dead server (issue 31)
     assert traj.done and traj.reward == 1.0 and traj.tool_calls == 2 and traj.tool_errors == 1
     proc2, url2 = start_server(big["index"], tmp_path, port=port, name="victim")
     try:
@@ -276,6 +276,85 @@ def test_server_killed_during_a_rollout(big, tmp_path):
     finally:
         proc2.kill()
         proc2.wait()
+
+
+class Lockstep:
+    """An engine whose every trajectory writes turns[i] at turn i (all trajectories of a Roller.run
+    advance together: one sample call per turn)."""
+
+    def __init__(self, tok, turns: list[str]):
+        self.tokenizer, self.max_context, self.weight_version = tok, 1 << 16, 0
+        self.turns, self.calls, self.eos = list(turns), 0, tok.eos_token_id
+
+    def sample(self, contexts, params, seeds=None):
+        text = self.turns[self.calls]
+        self.calls += 1
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        stop = "tool_call" if text.endswith("</tool_call>") else "eos"
+        tail = [] if stop == "tool_call" else [self.eos]
+        return [Completion(ids=ids + tail, logprobs=[0.0] * (len(ids) + len(tail)), stop_reason=stop)
+                for _ in contexts]
+
+
+def test_stopped_server_costs_one_timeout_per_rollout_with_the_same_observations(tmp_path):
+    """Two runs, each against its own retrieval server (another random port), both SIGSTOPped (the
+    process hangs: connections are accepted by the kernel, nothing answers). Each run rolls out 8
+    trajectories x 3 searches with the default client settings (timeout_s 10 for a whole search,
+    retries 2, circuit after 2 failed searches): the first wave of searches times out together,
+    the circuit opens and the other 16 fail at once, so a run takes one timeout (bound asserted:
+    timeout + 3 s; the old client took 3 x 10 s per search, ~93 s a run). Every observation is the
+    fixed SEARCH_FAILED text, so both runs give identical token ids (the old text quoted the URL).
+    After SIGCONT a client whose circuit is open recovers with its probe search after the cooldown."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(p) + "\n" for p in SMALL))
+    build_index(corpus, tmp_path / "bm25", progress=False, log=lambda s: None)
+    servers = [start_server(tmp_path / "bm25", tmp_path, name=f"stopped{i}") for i in range(2)]
+    try:
+        assert servers[0][1] != servers[1][1]
+        for proc, _ in servers:
+            proc.send_signal(signal.SIGSTOP)
+        call = _call("Glass Tower")
+        tok = tiny.tokenizer()  # here: transformers' lazy imports are not safe from two threads at once
+        results: dict[int, tuple[float, list]] = {}
+
+        def run(i: int) -> None:
+            spec = {"kind": "http", "url": servers[i][1]}  # the defaults: timeout_s 10, retries 2
+            task = Task(id="s0", kind="search", question="Where is the Glass Tower?", answers=["Lumen"],
+                        meta={"retriever": spec})
+            eng = Lockstep(tok, [call, call, call, "<answer>Lumen</answer>"])
+            roller = Roller(eng, lambda t: make_env(t, max_turns=5), "full", SamplingParams(max_new_tokens=64))
+            t0 = time.monotonic()
+            trajs = roller.run([Start(task) for _ in range(8)])
+            results[i] = (time.monotonic() - t0, trajs)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        for i in range(2):
+            wall, trajs = results[i]
+            assert wall < 10 + 3, (i, wall)
+            assert all(t.done and t.reward == 1.0 and t.tool_calls == 3 and t.tool_errors == 3 for t in trajs)
+            assert {t.turns[k].observations[0]["content"] for t in trajs for k in range(3)} == {SEARCH_FAILED}
+        tokens = [[[u.context_ids for u in t.turns] for t in results[i][1]] for i in range(2)]
+        assert tokens[0] == tokens[1]
+        print(f"\nstopped server: 24 searches per run, runs took {results[0][0]:.1f} s and {results[1][0]:.1f} s")
+
+        client = HttpRetriever(servers[0][1], timeout=0.5, retries=0, circuit_failures=1, circuit_cooldown_s=0.5)
+        with pytest.raises(RetrievalError, match="failed after 1 attempt in 0.5 s"):
+            client.search("Glass Tower", 1)
+        with pytest.raises(RetrievalError, match=r"not asked, 1 search in a row failed \(circuit open\)"):
+            client.search("Glass Tower", 1)
+        servers[0][0].send_signal(signal.SIGCONT)
+        time.sleep(0.6)
+        assert [h["id"] for h in client.search("Glass Tower", 1)] == ["a"]  # the probe closes the circuit
+        assert [h["id"] for h in client.search("Lumen capital", 1)] == ["b"]
+    finally:
+        for proc, _ in servers:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait()
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from rtpo.retrieval.client import HttpRetriever
 from rtpo.retrieval.core import RetrievalError
 from rtpo.retrieval.server import RetrievalServer
 from rtpo.retrieval.web import SerpApiBackend, WebSearchUnavailable, make_web_backend, parse_serpapi
-from rtpo.tools.search_tool import make_retriever
+from rtpo.tools.search_tool import SEARCH_FAILED, make_retriever, retriever_for
 
 KEY = "test-key-123"
 
@@ -159,9 +159,13 @@ def test_provider_errors_become_error_observations(fake, tmp_path, monkeypatch, 
     env.reset(task)
     res = env.step('<tool_call>{"name": "search", "arguments": {"query": "glass tower"}}</tool_call>')
     obs = res.observations[0]["content"]
-    assert not res.done and obs.startswith("Error: search failed (serpapi") and message in obs, obs
-    assert res.info["tool_errors"] == 1 and KEY not in obs
+    # the agent sees a fixed text (issue 31: nothing of the provider's answer or the server's address)
+    assert not res.done and obs == SEARCH_FAILED, obs
+    assert res.info["tool_errors"] == 1
     assert len(fake.requests) == attempts
+    with pytest.raises(RetrievalError) as e:  # what failed is in the error (stderr, logs), key-free
+        retriever_for(spec(fake, tmp_path / mode)).search("glass tower", 3)
+    assert str(e.value).startswith("serpapi") and message in str(e.value) and KEY not in str(e.value)
     fake.mode = "ok"  # failures are not cached: the next search asks again and succeeds
     res = env.step('<tool_call>{"name": "search", "arguments": {"query": "glass tower"}}</tool_call>')
     assert res.observations[0]["content"].startswith("[1] Glass Tower - Height") and res.info["tool_errors"] == 0

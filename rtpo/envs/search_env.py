@@ -8,13 +8,16 @@ Corpus: `corpus=` given to the constructor, else from the task's meta: "corpus_p
 corpus.jsonl) or "corpus_seed" (the embedded KB, `rtpo.envs.search_kb.build_corpus(seed)`). The
 BM25 index is shared between envs through `rtpo.retrieval.bm25.get_index`. Paper scale: a task's
 meta "retriever" (a backend spec, `rtpo.tools.search_tool.make_retriever`) takes precedence; a search
-that backend cannot answer is an ``Error: ...`` observation and a tool error.
+that backend cannot answer is the fixed observation SEARCH_FAILED and a tool error (what failed goes
+to stderr: the first failure of the process and every 100th).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import sys
 from collections.abc import Sequence
 
 from rtpo.envs.base import Task
@@ -24,11 +27,12 @@ from rtpo.metrics import qa_scores
 from rtpo.retrieval.bm25 import BM25Index, get_index, load_corpus
 from rtpo.retrieval.core import RetrievalError
 from rtpo.tools.parse import ToolCall, strip_think
-from rtpo.tools.search_tool import SEARCH_SPEC, format_hits, retriever_for
+from rtpo.tools.search_tool import SEARCH_FAILED, SEARCH_SPEC, format_hits, retriever_for
 
 __all__ = ["SearchEnv", "extract_answer", "index_for_task"]
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_FAILED = itertools.count(1)  # failed searches of this process (next() is atomic under the GIL)
 
 
 def extract_answer(text: str) -> str | None:
@@ -82,7 +86,11 @@ class SearchEnv(ToolEnv):
         try:
             return format_hits(self._index.search(query, self.top_k)), True
         except RetrievalError as e:
-            return f"Error: search failed ({e}).", False
+            n = next(_FAILED)
+            if n == 1 or n % 100 == 0:
+                print(f"rtpo search: {n} failed search{'es' * (n > 1)} in this process; the latest: {e}",
+                      file=sys.stderr, flush=True)
+            return SEARCH_FAILED, False
 
     def _finish(self, text: str, truncated: bool) -> tuple[float, str | None, dict[str, float]]:
         answer = None if truncated else extract_answer(text)

@@ -10,9 +10,19 @@ for the port it reports. So the training and evaluation jobs that need a server 
 node: every process and Ray worker on the node shares it), nobody has to pick a port, and a dead
 server is replaced at the next search after a failure. Server log: ``server.log`` beside the URL file.
 
-Failures (refused connection, timeout, HTTP 5xx, malformed JSON) are retried `retries` times with
-exponential backoff, then raised as RetrievalError; the search env turns that into an error
-observation and a tool error, so the rollout goes on.
+Failures (refused connection, timeout, HTTP 5xx, malformed JSON) are retried up to `retries` times
+with exponential backoff, then raised as RetrievalError; the search env turns that into an error
+observation with a fixed text (rtpo.tools.search_tool.SEARCH_FAILED: no URL, port or pid, so the
+tokens a model sees do not depend on where the server ran) and a tool error, so the rollout goes on.
+
+What a dead or stopped server costs (issue 31): `timeout` bounds a whole search -- connect, read,
+the retries and their backoff; each attempt gets what is left of it -- where it used to bound each
+of three attempts (~31 s a search with the defaults against a SIGSTOPped server). And a circuit
+breaker: after `circuit_failures` searches in a row failed (from any thread), every search fails at
+once for `circuit_cooldown_s`, then one search is let through to probe the server (the others still
+fail at once); its success closes the circuit. So a dead server costs one timeout per rollout wave
+(the env threads search together), then nothing until the next probe. Starting a server for
+``url="auto"`` is outside that bound (its own `start_timeout`: loading an index takes minutes).
 """
 
 from __future__ import annotations
@@ -36,6 +46,10 @@ from rtpo.retrieval.core import ResultCache, RetrievalError, passage_from_docume
 __all__ = ["HttpRetriever", "CachedRetriever", "ensure_server", "server_dir", "health"]
 
 _CHILDREN: list[subprocess.Popen] = []  # servers this process started (polled, so none stays a zombie)
+
+
+def _searches(n: int) -> str:
+    return f"{n} search{'es' * (n != 1)}"
 
 
 def health(url: str, timeout: float = 2.0) -> dict | None:
@@ -115,12 +129,15 @@ class HttpRetriever:
 
     url:      "http://host:port" of a running server, or "auto" (needs `index`: see ensure_server)
     topk:     passages per query; when set it overrides the k the caller passes
-    timeout:  seconds per request (connect and read); retries: extra attempts after a failure
+    timeout:  seconds one search may take in all, retries included; retries: extra attempts after a
+              failure while time is left
+    circuit_failures, circuit_cooldown_s: the circuit breaker (module docstring)
     """
 
     def __init__(self, url: str, index: str | Path | None = None, topk: int | None = None,
                  timeout: float = 10.0, retries: int = 2, backoff: float = 0.25, name: str | None = None,
-                 start_timeout: float = 900.0, workers: int = 1):
+                 start_timeout: float = 900.0, workers: int = 1, circuit_failures: int = 2,
+                 circuit_cooldown_s: float = 30.0):
         if url == "auto" and index is None:
             raise ValueError("retriever kind http: url 'auto' needs 'index' (the index the server loads)")
         if url != "auto" and urlsplit(url).scheme not in ("http", "https"):
@@ -134,6 +151,11 @@ class HttpRetriever:
         self._local = threading.local()
         self._lock = threading.Lock()
         self.requests = 0
+        self.circuit_failures, self.circuit_cooldown_s = max(1, int(circuit_failures)), float(circuit_cooldown_s)
+        self._circuit = threading.Lock()  # not self._lock: that one is held while a server starts
+        self._failed_in_a_row = 0      # the circuit is open while this is >= circuit_failures
+        self._open_until = 0.0         # time.monotonic() before which no search is tried
+        self._probing = False          # a probe search is in flight (the others fail at once)
 
     def url(self) -> str:
         with self._lock:
@@ -158,20 +180,84 @@ class HttpRetriever:
             c.close()
         self._local.conn = None
 
+    # ------------------------------------------------------------------ the circuit breaker
+    def _admit(self) -> str | None:
+        """Whether a search may go to the server now: "closed", "probe" (the one search let through
+        after the cooldown), or None (open: fail at once)."""
+        with self._circuit:
+            if self._failed_in_a_row < self.circuit_failures:
+                return "closed"
+            if self._probing or time.monotonic() < self._open_until:
+                return None
+            self._probing = True
+            return "probe"
+
+    def _settle(self, admitted: str, ok: bool | None, last: str = "") -> None:
+        """Count a search's outcome (ok None: interrupted, not counted)."""
+        with self._circuit:
+            if admitted == "probe":
+                self._probing = False
+            if ok is None:
+                return
+            was_open = self._failed_in_a_row >= self.circuit_failures
+            if ok:
+                if was_open:
+                    print(f"rtpo-retrieval: {self._url or self.spec_url} answers again; circuit closed",
+                          file=sys.stderr, flush=True)
+                self._failed_in_a_row = 0
+                return
+            self._failed_in_a_row += 1
+            if self._failed_in_a_row >= self.circuit_failures:
+                self._open_until = time.monotonic() + self.circuit_cooldown_s
+                if not was_open:
+                    print(f"rtpo-retrieval: {self._url or self.spec_url}: {_searches(self._failed_in_a_row)} in a "
+                          f"row failed (last: {last}); searches fail at once for {self.circuit_cooldown_s:g} s, "
+                          "then one probes the server", file=sys.stderr, flush=True)
+
     def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
-        """One /retrieve request (with retries) -> passages per query."""
+        """One /retrieve request (with retries, within `timeout` in all) -> passages per query."""
+        admitted = self._admit()
+        if admitted is None:
+            raise RetrievalError(f"retrieval server {self._url or self.spec_url}: not asked, "
+                                 f"{_searches(self._failed_in_a_row)} in a row failed (circuit open)")
+        try:
+            result = self._retrieve(queries, topk)
+        except RetrievalError as e:
+            self._settle(admitted, ok=False, last=str(e))
+            raise
+        except BaseException:  # KeyboardInterrupt, a bug: says nothing about the server
+            self._settle(admitted, ok=None)
+            raise
+        self._settle(admitted, ok=True)
+        return result
+
+    def _retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
         body = json.dumps({"queries": queries, "topk": int(topk), "return_scores": True}).encode()
-        last = ""
+        deadline = time.monotonic() + self.timeout
+        last, attempts = "no attempt", 0
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+                pause = self.backoff * 2 ** (attempt - 1)
+                if time.monotonic() + pause >= deadline:
+                    break
+                time.sleep(pause)
+            t = time.monotonic()
             try:
                 url = self.url()
             except RetrievalError as e:
-                last = str(e)
+                last, attempts = str(e), attempts + 1
                 continue
+            finally:
+                deadline += time.monotonic() - t  # starting the node's server is not counted (start_timeout)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            attempts += 1
             try:
                 c = self._conn(url)
+                c.timeout = left                # for a new connection's connect
+                if c.sock is not None:          # a kept-alive one: its reads
+                    c.sock.settimeout(left)
                 c.request("POST", "/retrieve", body=body, headers={"Content-Type": "application/json"})
                 r = c.getresponse()
                 raw = r.read()
@@ -199,7 +285,7 @@ class HttpRetriever:
             with self._lock:
                 self._url = None  # look for (or start) a server again at the next search
         raise RetrievalError(f"retrieval server {self._url or self.spec_url} failed after "
-                             f"{self.retries + 1} attempts: {last}")
+                             f"{attempts} attempt{'s' * (attempts != 1)} in {self.timeout:g} s: {last}")
 
     def search(self, query: str, k: int = 3) -> list[dict[str, Any]]:
         return self.retrieve([query], self.topk or k)[0]

@@ -13,9 +13,12 @@ job writes it from the config's `data.search.retriever` / `web`; rtpo.retrieval 
   {"kind": "serpapi", "key_env": VAR}        web search (SerpAPI, Google), key from the environment
 
 plus, for any kind, "cache": dir (persistent results per (backend, query, topk): every method and
-seed sees the same passages for the same query), "timeout_s", "retries". Every backend's `search`
-returns passages in the order above; failures raise rtpo.retrieval.core.RetrievalError, which the
-search env turns into an error observation and a tool error.
+seed sees the same passages for the same query), "timeout_s", "retries"; http also
+"circuit_failures", "circuit_cooldown_s" (rtpo.retrieval.client). Every backend's `search` returns
+passages in the order above; failures raise rtpo.retrieval.core.RetrievalError, which the search
+env turns into the observation SEARCH_FAILED and a tool error. That text is fixed: what went wrong
+(a URL with the server's random port, a pid, a provider's message) would make the tokens a model
+sees, and so the run, differ between two runs against a dead server; it goes to stderr instead.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ import threading
 from rtpo.retrieval.bm25 import get_index, load_corpus
 from rtpo.tools.parse import ToolSpec
 
-__all__ = ["SEARCH_SPEC", "format_hits", "make_retriever", "retriever_for", "RETRIEVER_KINDS"]
+__all__ = ["SEARCH_SPEC", "SEARCH_FAILED", "format_hits", "make_retriever", "retriever_for", "RETRIEVER_KINDS"]
 
 SEARCH_SPEC = ToolSpec("search", "search the knowledge base; returns the top passages", {"query": "string"})
+SEARCH_FAILED = "Error: search failed (the search service is unavailable)."
 
 
 def format_hits(hits: list[dict]) -> str:
@@ -56,7 +60,7 @@ def make_retriever(spec: dict):
     spec = dict(spec)
     kind = spec.get("kind")
     known = {"kind", "cache", "timeout_s", "retries", "topk", "corpus", "index", "url", "key_env", "endpoint",
-             "engine", "backoff_s", "name", "dense", "model", "workers"}
+             "engine", "backoff_s", "name", "dense", "model", "workers", "circuit_failures", "circuit_cooldown_s"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise ValueError(f"retriever {spec}: unknown key(s) {unknown}; known: {sorted(known)}")
@@ -76,7 +80,9 @@ def make_retriever(spec: dict):
             raise ValueError(f"retriever {spec}: kind http needs 'url' (http://host:port, or 'auto' with 'index')")
         backend = HttpRetriever(spec["url"], index=spec.get("index"), topk=spec.get("topk"),
                                 timeout=float(spec.get("timeout_s", 10.0)), retries=int(spec.get("retries", 2)),
-                                name=spec.get("name"), workers=int(spec.get("workers", 1)))
+                                name=spec.get("name"), workers=int(spec.get("workers", 1)),
+                                circuit_failures=int(spec.get("circuit_failures", 2)),
+                                circuit_cooldown_s=float(spec.get("circuit_cooldown_s", 30.0)))
     elif kind == "serpapi":
         from rtpo.retrieval.web import make_web_backend
         backend = make_web_backend(spec)
