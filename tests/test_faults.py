@@ -465,6 +465,8 @@ ROW_CASES = {
     "paper retriever kind": ("search", 2, lambda r: r.update(_paper_row(retriever={"kind": "htp"})),
                              "field 'meta.retriever.kind': expected one of bm25, bm25_index, dense_index, http, "
                              "serpapi, got 'htp'"),
+    "paper retriever key": ("search", 3, lambda r: r.update(_paper_row(retriever={"kind": "http", "urll": "auto"})),
+                            "field 'meta.retriever.urll': unknown key (known: backoff_s, cache, "),
     "paper meta not object": ("search", 1, lambda r: r.update(_paper_row(), meta=[1]),
                               "field 'meta': expected an object, got list"),
 }

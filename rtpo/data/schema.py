@@ -25,7 +25,8 @@ meta, by kind (what the env reads; the keys only the scripted experts read are n
 
   math      nothing
   search    one of (in the search env's order of precedence): retriever, an object whose kind is
-            one of rtpo.tools.search_tool.RETRIEVER_KINDS; corpus_path, an existing corpus file;
+            one of rtpo.tools.search_tool.RETRIEVER_KINDS, keys of RETRIEVER_KEYS only (http: a
+            url); corpus_path, an existing corpus file;
             corpus_seed, an integer (the embedded knowledge base)
   airline   db, the airline database of rtpo.tools.airline_db with its value types (free seats an
             integer >= 0, prices numbers >= 0, ids, names, dates and times strings); goal, either
@@ -114,13 +115,19 @@ def _finite(field: str, v: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _search_meta(meta: dict, row: dict) -> None:
-    from rtpo.tools.search_tool import RETRIEVER_KINDS
+    from rtpo.tools.search_tool import RETRIEVER_KEYS, RETRIEVER_KINDS
 
     if "retriever" in meta:
         spec = _object("meta.retriever", meta["retriever"])
         if spec.get("kind") not in RETRIEVER_KINDS:
             raise FieldError("meta.retriever.kind", f"expected one of {', '.join(RETRIEVER_KINDS)}, "
                                                     f"got {spec.get('kind')!r}")
+        unknown = sorted(set(spec) - RETRIEVER_KEYS)
+        if unknown:
+            raise FieldError(f"meta.retriever.{unknown[0]}",
+                             f"unknown key (known: {', '.join(sorted(RETRIEVER_KEYS))})")
+        if spec["kind"] == "http":
+            _text("meta.retriever.url", spec.get("url"))
     elif "corpus_path" in meta:
         _text("meta.corpus_path", meta["corpus_path"])
         path = os.path.abspath(meta["corpus_path"])  # as the search env resolves it

@@ -30,7 +30,8 @@ import threading
 from rtpo.retrieval.bm25 import get_index, load_corpus
 from rtpo.tools.parse import ToolSpec
 
-__all__ = ["SEARCH_SPEC", "SEARCH_FAILED", "format_hits", "make_retriever", "retriever_for", "RETRIEVER_KINDS"]
+__all__ = ["SEARCH_SPEC", "SEARCH_FAILED", "format_hits", "make_retriever", "retriever_for", "RETRIEVER_KINDS",
+           "RETRIEVER_KEYS"]
 
 SEARCH_SPEC = ToolSpec("search", "search the knowledge base; returns the top passages", {"query": "string"})
 SEARCH_FAILED = "Error: search failed (the search service is unavailable)."
@@ -49,6 +50,8 @@ def format_hits(hits: list[dict]) -> str:
 
 
 RETRIEVER_KINDS = ("bm25", "bm25_index", "dense_index", "http", "serpapi")
+RETRIEVER_KEYS = {"kind", "cache", "timeout_s", "retries", "topk", "corpus", "index", "url", "key_env", "endpoint",
+                  "engine", "backoff_s", "name", "dense", "model", "workers", "circuit_failures", "circuit_cooldown_s"}
 _RETRIEVERS: dict[str, object] = {}
 _LOCK = threading.Lock()
 
@@ -59,11 +62,9 @@ def make_retriever(spec: dict):
 
     spec = dict(spec)
     kind = spec.get("kind")
-    known = {"kind", "cache", "timeout_s", "retries", "topk", "corpus", "index", "url", "key_env", "endpoint",
-             "engine", "backoff_s", "name", "dense", "model", "workers", "circuit_failures", "circuit_cooldown_s"}
-    unknown = sorted(set(spec) - known)
+    unknown = sorted(set(spec) - RETRIEVER_KEYS)
     if unknown:
-        raise ValueError(f"retriever {spec}: unknown key(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"retriever {spec}: unknown key(s) {unknown}; known: {sorted(RETRIEVER_KEYS)}")
     if kind == "bm25":
         path = os.path.abspath(spec["corpus"])
         backend = get_index(("file", path, os.path.getmtime(path)), lambda: load_corpus(path))
