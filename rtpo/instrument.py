@@ -33,6 +33,7 @@ class StepLog:
         self.turns: list[dict[str, Any]] = []
         self.tool_calls = self.tool_errors = self.syncs = self.rollouts = 0
         self.rollouts_by_kind: dict[str, int] = defaultdict(int)  # by the kind of the first generated turn
+        self.sync_kl: list[float] = []  # RTPO's kl:tau: KL(inference || train) measured before each stage
         self._ratio_num = self._kl_num = self._tok = 0.0
         self._clip_num = self._kl_ref_num = 0.0
         self._rows = self._zero_rows = 0
@@ -97,6 +98,8 @@ class StepLog:
             "turns": sorted(self.turns, key=lambda d: -d["k"]),
             "trunks": trunk_stats(trunks),
         }
+        if self.sync_kl:
+            rec["sync_kl"] = list(self.sync_kl)
         if self.losses:
             rec["loss"] = _mean(self.losses)
             rec["grad_norm"] = _mean(self.grad_norms)

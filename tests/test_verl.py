@@ -306,11 +306,19 @@ class _ServerBackedTrainer(_FakeVerlTrainer):
     through verl's sequences (sleep; weight sync = wake "weights", load the actor's weights, wake
     "kv_cache"; wake_up_replicas = wake all), and its actor update really moves the actor's weights."""
 
-    def __init__(self, eng, tq, srv, on_loop, temperature=1.0):
+    def __init__(self, eng, tq, srv, on_loop, temperature=1.0, ranks=2):
         super().__init__(eng, tq, temperature)
-        self.srv, self.on_loop = srv, on_loop
+        self.srv, self.on_loop, self.ranks = srv, on_loop, ranks
         self.checkpoint_manager = types.SimpleNamespace(sleep_replicas=self._sleep, update_weights=self._push,
                                                         wake_up_replicas=self._wake)
+        self.actor_rollout_wg.execute_with_func_generator = self._on_every_rank
+
+    def _on_every_rank(self, func):
+        """verl's DP_COMPUTE_PROTO_WITH_FUNC dispatch: func(worker) on each rank, DataProtos concatenated."""
+        from verl import DataProto
+
+        self.calls.append(f"{func.__name__}")
+        return DataProto.concat([func(types.SimpleNamespace(rank=r)) for r in range(self.ranks)])
 
     def _sleep(self):
         self.calls.append("sleep")
@@ -373,6 +381,11 @@ def test_verl_engine_samples_stale_weights_from_servers_that_keep_them(monkeypat
     by the servers with those weights; sync() pushes and the next samples are the new weights'.
     With servers that discard their weights (level 2, verl's default) the same call raises, and a
     keep-weights engine on a discarding server is stopped by the server instead of sampling garbage."""
+    import verl.utils.device
+
+    freed = []  # the actor ranks' device-cache releases (verl's get_torch_device() in each worker)
+    monkeypatch.setattr(verl.utils.device, "get_torch_device", lambda: types.SimpleNamespace(
+        synchronize=lambda: None, empty_cache=lambda: freed.append("empty_cache")))
     tok = tiny.tokenizer()
     ctx = [tok.encode("question continue yes"), tok.encode("Answer each turn. question")]
     params = SamplingParams(max_new_tokens=8, temperature=1.0, stop_at_tool_call=False)
@@ -388,6 +401,9 @@ def test_verl_engine_samples_stale_weights_from_servers_that_keep_them(monkeypat
         assert stats.trained_tokens > 0 and trainer.calls[-1] == "sleep"
         c1 = ve.sample(ctx, params, seeds=[3, 4])  # stale: one update behind the actor
         assert trainer.calls.count("push") == 1 and trainer.calls[-1] == "wake" and ve.wakes == 1
+        # before the servers wake, every actor rank released its cached device memory (as verl's push does)
+        assert trainer.calls[-2:] == ["free_device_cache", "wake"] and ve.freed_ranks == [0, 1]
+        assert freed == ["empty_cache", "empty_cache"]
         assert all(c.weight_version == 1 for c in c1)
         ids = [c.ids for c in c1]
         old, new = ref.logprobs(ctx, ids, 1.0), eng.logprobs(ctx, ids, 1.0)

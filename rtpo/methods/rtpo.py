@@ -98,6 +98,8 @@ class RTPO(Method):
             trn = self.engine.logprobs(ctx, acts, self.temperature)
             num = sum(math.exp(b - a) - 1 - (b - a) for x, y in zip(inf, trn) for a, b in zip(x, y))
             den = sum(len(x) for x in inf)
+            if den:
+                log.sync_kl.append(num / den)  # the record's sync_kl: what each decision saw
             if den and num / den > float(arg):
                 self.sync(log)
 

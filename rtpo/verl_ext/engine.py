@@ -170,6 +170,20 @@ def update_stats(metrics: dict[str, Any], ratio: float, kl: float, n: int) -> Up
                        kl_ref=g("actor/kl_loss"), grad_norm=g("actor/grad_norm"), trained_tokens=int(n))
 
 
+def free_device_cache(worker: Any) -> Any:
+    """On one actor rank (verl's `Worker.execute_with_func_generator`): release the allocator's cached
+    device memory, as verl's own weight push does before it wakes the servers
+    (workers/engine_workers.py `update_weights`: synchronize + empty_cache on every rank). Returns a
+    one-row DataProto with the rank, so that verl's collect can concatenate the ranks' answers."""
+    from verl import DataProto
+    from verl.utils.device import get_torch_device
+
+    dev = get_torch_device()
+    dev.synchronize()
+    dev.empty_cache()
+    return DataProto.from_dict(tensors={"rank": torch.tensor([int(worker.rank)])})
+
+
 def update_config_from_verl(config: Any) -> UpdateConfig:
     """The UpdateConfig the verl actor applies (launch.verl_overrides writes it from train.*)."""
     a = config.actor_rollout_ref.actor
@@ -220,6 +234,7 @@ class VerlEngine:
         self.train_version = 0
         self.pushes = 0               # weight pushes to the servers (syncs + re-pushes after a sleep)
         self.wakes = 0                # wake-ups without a push (servers that keep their weights)
+        self.freed_ranks: list[int] = []  # actor ranks that freed their cached memory before the last wake-up
         self.metrics: dict[str, Any] = {}   # verl's metrics of the last update (for verl's logger)
         self._awake = False           # servers hold weights (verl's _setup leaves them asleep)
         self._dirty = False           # the actor changed since the servers last got its weights
@@ -261,6 +276,10 @@ class VerlEngine:
             from verl.utils.debug import marked_timer
 
             with marked_timer("wake_up", self._timing(), color="red"):
+                # every actor rank frees its cached memory first (what verl's push does before it wakes
+                # them): the waking servers reclaim their weights' and KV cache's GPU memory
+                ranks = self.trainer.actor_rollout_wg.execute_with_func_generator(free_device_cache)
+                self.freed_ranks = sorted(int(r) for r in ranks.batch["rank"])
                 self.trainer.checkpoint_manager.wake_up_replicas()
             self._awake = True
             self.wakes += 1

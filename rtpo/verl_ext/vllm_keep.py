@@ -1,7 +1,8 @@
 """The rollout "vllm_keep": verl's vLLM servers, except that they keep their weights across sleep.
 
-UNTESTED until a GPU run: vLLM is not installed on the machines this was written on, so nothing
-here has been executed (`register()` is; docs/verl.md lists what the first GPU run must check).
+Run on vLLM's CPU build (tests/vllm_cpu/: the replica, its server names, stale-weight sampling
+after an update without sync, kl:tau's scoring), where vLLM has no sleep at all; level-1 sleep
+itself (offload to pinned host memory) is GPU-only and not yet run (docs/verl.md, "GPU smoke").
 
 verl's colocated (HYBRID) vLLM server sleeps before every actor computation at the level its
 `vLLMHttpServer._resolve_sleep_level()` returns: 2 (discard the weights; the next weight push

