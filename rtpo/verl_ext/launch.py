@@ -14,10 +14,11 @@ Where it runs:
   * otherwise                                          -> main_ppo starts a local Ray cluster.
 
 Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf |
-vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, and (not yet in rtpo/config.schema.yaml)
-device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation,
-prompt_length, response_length, obs_tokens, agent_workers, env_factory, overrides (a list of raw
-Hydra overrides appended last).
+vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation
+(default sdpa on GPUs), ulysses_sequence_parallel_size, use_fused_kernels, prompt_length,
+response_length, max_context (a cap on flat rows' prompt + response), obs_tokens, agent_workers,
+env_factory, overrides (a list of raw Hydra overrides appended last). `rtpo check-config`
+(rtpo.verl_ext.startup) checks the GPU overrides of every cell against verl's rules.
 
 Methods on verl (`VERL_METHODS`, `trainer_mode`):
   rtpo, rtpo_ca, tree_grpo, arpo, seeupo
@@ -33,6 +34,7 @@ Methods on verl (`VERL_METHODS`, `trainer_mode`):
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -76,10 +78,20 @@ def needs_keep_weights(method: str, m: dict[str, Any]) -> bool:
     (validated here), which need rollout servers that keep their weights across sleep."""
     if method not in TURN_ROW_METHODS:
         return False
-    from rtpo.methods.rtpo import parse_sync
-
     sync = str(m.get("sync", "per_stage"))
-    return parse_sync(sync)[0] != "per_stage"
+    if not _sync_pattern().fullmatch(sync):  # what rtpo.methods.rtpo.parse_sync accepts, without importing torch
+        raise ValueError(f"unknown rtpo.sync mode {sync!r}; expected per_stage | interval:N | kl:tau")
+    return sync != "per_stage"
+
+
+@functools.lru_cache(maxsize=1)
+def _sync_pattern() -> re.Pattern:
+    """The config schema's pattern of an rtpo.sync mode ($defs.sync in rtpo/config.schema.yaml)."""
+    import yaml
+
+    from rtpo.config import SCHEMA
+
+    return re.compile(yaml.safe_load(SCHEMA.read_text())["$defs"]["sync"]["pattern"])
 
 
 def keep_rollout(rollout: str, why: str) -> str:
@@ -135,8 +147,10 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int,
     positions), response = env.max_new_tokens. Every other method trains flat rows (initial context,
     the flattened trajectory; GRPO, Tree-GRPO, ARPO) or full-history rows (SeeUPO: history up to turn
     k, turn k), whose trajectories need prompt + response = the whole episode: response = K *
-    max_new_tokens + (K - 1) * verl.obs_tokens (tool results between turns; default 512).
-    `verl.prompt_length` / `verl.response_length` override both.
+    max_new_tokens + (K - 1) * verl.obs_tokens (tool results between turns; default 512), cut to
+    verl.max_context - prompt when `verl.max_context` (a cap on prompt + response) is set: the
+    rollout then ends an episode when its context reaches the cap.
+    `verl.prompt_length` / `verl.response_length` override both (the cap included).
     """
     v = _verl_cfg(cfg)
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
@@ -146,6 +160,10 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int,
         R = T
     else:
         R = K * T + (K - 1) * int(v.get("obs_tokens", 512))
+        if v.get("max_context"):
+            if int(v["max_context"]) <= P:
+                raise ValueError(f"verl.max_context {v['max_context']} leaves no response after the {P}-token prompt")
+            R = min(R, int(v["max_context"]) - P)
     return P, int(v.get("response_length") or R)
 
 
@@ -233,9 +251,18 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
             f"actor_rollout_ref.actor.strategy={v.get('strategy', 'fsdp2')}",
             f"actor_rollout_ref.model.use_remove_padding={bool(v.get('remove_padding', True))}",
             f"actor_rollout_ref.rollout.enforce_eager={bool(v.get('enforce_eager', False))}",
+            # named, never verl's default (flash_attention_2, which needs flash-attn): sdpa comes with torch
+            # (rtpo.verl_ext.startup checks the GPU environment spec installs the one named)
+            f"+actor_rollout_ref.model.override_config.attn_implementation={v.get('attn_implementation', 'sdpa')}",
+            # entropy (ARPO's branching signal, Tree-GRPO's bonus, verl's metrics) in fp32 chunks, recomputed in
+            # backward: no T x |V| softmax copies next to the logits
+            "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True",
+            "actor_rollout_ref.actor.entropy_checkpointing=True",
         ]
-        if v.get("attn_implementation"):
-            o.append(f"+actor_rollout_ref.model.override_config.attn_implementation={v['attn_implementation']}")
+        if v.get("ulysses_sequence_parallel_size"):  # the ref follows the actor's (oc.select in verl's ref config)
+            o.append(f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={int(v['ulysses_sequence_parallel_size'])}")
+        if v.get("use_fused_kernels") is not None:
+            o.append(f"actor_rollout_ref.model.use_fused_kernels={bool(v['use_fused_kernels'])}")
     o += [str(x) for x in v.get("overrides", []) or []]  # verl.overrides: anything else, verbatim
     return o
 
