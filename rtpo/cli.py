@@ -83,6 +83,32 @@ def cmd_theory(args) -> int:
     return cli_main(["--out", args.out] + (["--quick"] if args.quick else []))
 
 
+def cmd_check_config(args) -> int:
+    """The start-up arithmetic of every verl cell (rtpo.verl_ext.startup): a table; exit 2 on a failed rule."""
+    from rtpo.config import ROOT
+    from rtpo.verl_ext.startup import check_config, first_error, format_report, load_profile
+
+    cfg = _cfg(args)
+    resources, where = None, None
+    if args.profile != "none" and cfg.get("engine") == "verl":
+        prof = Path(args.profile)
+        prof = prof if prof.is_absolute() or prof.exists() else ROOT / prof
+        if (prof / "config.yaml").exists() or prof.is_file():
+            resources, where = load_profile(prof), str(prof)
+        elif args.profile != CHECK_PROFILE:
+            raise FileNotFoundError(f"--profile {args.profile}: no config.yaml there")
+    rep = check_config(cfg, resources, profile_name=where or CHECK_PROFILE)
+    print(format_report(rep))
+    err = first_error(rep)
+    if err:
+        print(f"rtpo check-config: {args.config}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+CHECK_PROFILE = "workflow/profiles/slurm"
+
+
 def cmd_report(args) -> int:
     from rtpo.report.cli import report_main
 
@@ -138,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs")
     sp.add_argument("--out", required=True)
     sp.add_argument("--quick", action="store_true")
+
+    sp = add("check-config", cmd_check_config,
+             "start-up arithmetic of a verl config: every cell's row lengths, token budget, memory, attention "
+             "and the Slurm profile's resources (exit 2 naming the cell and key on a failure)")
+    sp.add_argument("--profile", default=CHECK_PROFILE,
+                    help="Snakemake profile directory whose set-resources to check (none: skip)")
 
     sp = add("report", cmd_report, "tables, figures and the claim ledger")
     sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all"])

@@ -4,7 +4,8 @@ tests/test_dag.py); this file binds it to Snakemake:
 
   1. config validation (rtpo/config.schema.yaml, the package's schema) and the checks a schema cannot
      express (rtpo.dag.cross_reference_errors), then `PIPELINE = rtpo.dag.Dag(config)`;
-  2. the GPU check of Slurm profiles (it reads Snakemake's resource settings);
+  2. the GPU check of Slurm profiles (it reads Snakemake's resource settings) and, for engine verl,
+     the start-up arithmetic of every training cell (rtpo.verl_ext.startup: `rtpo check-config`);
   3. the effective config file every `rtpo` command reads;
   4. the `rtpo` console script of the Python environment that runs Snakemake, the rules' conda env;
   5. the names the rules use.
@@ -89,6 +90,36 @@ def check_slurm_gpu_resources(cfg):
 
 
 check_slurm_gpu_resources(config)
+
+
+def check_verl_startup(cfg):
+    """The start-up arithmetic of every verl training cell (rtpo.verl_ext.startup, `rtpo check-config`):
+    row lengths against verl's per-GPU token budget and the model's positions, the parallel layout,
+    the attention implementation against the GPU environment spec, the memory estimate and, under a
+    Slurm profile, its resources per rule. A failure stops the workflow before anything is submitted,
+    dry runs included, naming the cell and the key. Main process only; engine verl only."""
+    if not workflow.is_main_process or cfg.get("engine") != "verl":
+        return
+    from rtpo.verl_ext.startup import check_config, first_error
+
+    def plain(v):
+        return getattr(v, "raw", v)
+
+    resources = None
+    defaults = workflow.resource_settings.default_resources
+    if defaults is not None and {"slurm_partition", "slurm_account"} & set(defaults.keys()):
+        resources = {"*": {k: plain(v) for k, v in defaults.items()}}
+        for rule, res in (workflow.resource_settings.overwrite_resources or {}).items():
+            resources[rule] = {k: plain(v) for k, v in res.items()}
+    try:
+        err = first_error(check_config(cfg, resources, profile_name="the Slurm profile"))
+    except ValueError as e:
+        err = f"start-up check: {e}"
+    if err:
+        raise WorkflowError(f"{err} (config files: {_config_sources()})")
+
+
+check_verl_startup(config)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,855 @@
+"""Start-up arithmetic of the paper-scale verl path: `rtpo check-config`, and the DAG's start.
+
+For every (method, task) cell a config with ``engine: verl`` trains -- the main grid and the
+ablation cells the DAG trains (`rtpo.dag`) -- `check_config` builds the Hydra overrides the launcher
+passes to verl on GPUs (``launch.verl_overrides(..., cpu=False)``), parses them, fills in verl
+0.9.1's defaults for the keys they leave alone, and checks what verl 0.9.1, vLLM and rtpo's own
+trainer enforce at start-up (or mid-run, after hours of rollout), plus a per-GPU memory estimate,
+the attention implementation against the GPU environment spec (environment.yml and the `gpu`
+extra of pyproject.toml) and, given a Slurm profile, its resources per rule. Each rule below names
+the source it mirrors (paths relative to verl's package directory); docs/verl.md, "Start-up
+arithmetic (paper scale)", has the table of config/paper.yaml and the memory arithmetic.
+
+Pure functions on dicts: no verl, torch or vLLM import, so the check runs on a CPU box, in CI and
+in `snakemake -n` (workflow/rules/common.smk).
+
+Rules of a training cell (`check_cell`), n = trainer.n_gpus_per_node x trainer.nnodes GPUs:
+  tokens       P + R <= actor ppo_max_token_len_per_gpu x sp (and the same for the rollout's and
+               the ref's log_prob_max_token_len_per_gpu): utils/seqlen_balancing.py
+               rearrange_micro_batches (``assert max_token_len >= max_seq_len``) with
+               workers/engine/utils.py prepare_micro_batches (max_token_len = per-GPU budget x
+               ulysses sp size); rtpo's trainer asks more, P + R <= ppo_max_token_len_per_gpu
+               whatever sp (rtpo/verl_ext/trainer.py RTPOEngineTrainer._setup)
+  positions    P + R <= the model's max_position_embeddings: the rollout's max_model_len defaults to
+               it and may not exceed it (workers/rollout/vllm_rollout/vllm_async_server.py
+               _validate_configs), and a request with no room left is refused (generate)
+  row cap      P + R <= verl.max_context when set (flat and full-history rows are cut to it by
+               `launch.lengths`; a turn row above it is a setting error)
+  one turn     flat / full-history rows hold at least one turn: R >= env.<task>.max_new_tokens
+  tp           n % rollout TP == 0 (workers/engine_workers.py init_model: rollout world size) and
+               attention heads % TP == 0 (vLLM ModelConfig.verify_with_parallel_config)
+  sp           n % sp == 0 (workers/engine/fsdp/transformer_impl.py _init_device_mesh: (dp, sp) mesh);
+               heads % sp == 0 and (kv heads % sp == 0 or sp % kv heads == 0)
+               (models/transformers/monkey_patch.py apply_monkey_patch asserts); sp > 1 needs
+               use_remove_padding (workers/config/actor.py FSDPActorConfig.validate,
+               transformer_impl.py FSDPEngine.__init__) and a flash attention implementation
+               (monkey_patch.py replaces only ``_flash_attention_forward`` for Ulysses: sdpa and
+               eager would attend within each rank's slice of the sequence)
+  attention    the implementation named (verl's default when unnamed: flash_attention_2,
+               workers/config/model.py HFModelConfig.__post_init__) is installed by the GPU
+               environment spec: sdpa and eager come with torch; flash_attention_2 needs flash-attn
+  fused        use_fused_kernels with FSDP2 and an untied lm_head fails: the fused forward reads
+               ``lm_head.weight`` directly (models/transformers/dense_common.py
+               forward_with_torch_backend) while FSDP2 wraps an untied lm_head as its own unit
+               (utils/fsdp_utils.py _select_fsdp2_wrap_targets), so the weight is a sharded DTensor
+               there ("aten.mm.default got mixed torch.Tensor and DTensor", reproduced with verl
+               0.9.1 on 2 CPU ranks: tests/test_startup_check.py)
+  batch        chain trainer: data.train_batch_size x rollout.n is a multiple of
+               lcm(dp, ppo_mini_batch_size x rollout.n), else verl pads the batch with dummy rows
+               (trainer/ppo/v1/trainer_base.py _get_required_batch_multiple, _balance_batch)
+  memory       the per-GPU estimate (`gpu_memory`) <= verl.gpu_memory_gib, with the rollout servers
+               asleep while the actor trains; and awake: gpu_memory_utilization x the GPU plus the
+               actor's resident state fits (`vllm_awake`)
+Evaluation (`check_eval`): max_model_len <= the model's positions, attention heads % TP == 0, weights
+and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a GPU.
+Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
+evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
+vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+GIB = 2 ** 30
+MIB = 2 ** 20
+
+# --------------------------------------------------------------------------------------------------
+# verl 0.9.1's defaults for the keys the launcher may leave alone (trainer/config/_generated_ppo_trainer.yaml)
+# --------------------------------------------------------------------------------------------------
+VERL_DEFAULTS: dict[str, Any] = {
+    "actor_rollout_ref.actor.use_dynamic_bsz": False,
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 16384,
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": None,  # oc.select -> the actor's
+    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu": None,  # oc.select -> the actor's
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": 1,
+    "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size": 1,
+    "actor_rollout_ref.actor.strategy": "fsdp",
+    "actor_rollout_ref.actor.entropy_from_logits_with_chunking": False,
+    "actor_rollout_ref.actor.entropy_from_logits_chunk_size": 2048,
+    "actor_rollout_ref.actor.entropy_checkpointing": False,
+    "actor_rollout_ref.actor.entropy_coeff": 0.0,
+    "actor_rollout_ref.actor.fsdp_config.model_dtype": "fp32",
+    "actor_rollout_ref.actor.fsdp_config.param_offload": False,
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False,
+    "actor_rollout_ref.actor.use_kl_loss": False,
+    "actor_rollout_ref.model.use_remove_padding": True,
+    "actor_rollout_ref.model.use_fused_kernels": False,
+    "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+    "actor_rollout_ref.model.override_config.attn_implementation": "flash_attention_2",  # workers/config/model.py
+    "actor_rollout_ref.rollout.name": "vllm",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+    "actor_rollout_ref.rollout.gpu_memory_utilization": 0.5,
+    "actor_rollout_ref.rollout.max_model_len": None,
+    "actor_rollout_ref.rollout.n": 1,
+    "actor_rollout_ref.rollout.enforce_eager": False,
+    "actor_rollout_ref.rollout.temperature": 1.0,
+    "trainer.n_gpus_per_node": 8,
+    "trainer.nnodes": 1,
+}
+FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
+TORCH_ATTENTION = ("sdpa", "eager")  # shipped with torch, a dependency of rtpo itself
+
+
+# --------------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelShape:
+    """What the arithmetic needs of a decoder-only model (a Hugging Face config.json's fields)."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_positions: int
+    tied: bool
+
+    @property
+    def layer_params(self) -> int:
+        attn = self.hidden * self.heads * self.head_dim * 2 + self.hidden * self.kv_heads * self.head_dim * 2
+        return attn + 3 * self.hidden * self.intermediate + 2 * self.hidden + 2 * self.head_dim  # + norms
+
+    @property
+    def params(self) -> int:
+        emb = self.vocab * self.hidden
+        return emb * (1 if self.tied else 2) + self.layers * self.layer_params + self.hidden
+
+    @classmethod
+    def from_hf(cls, name: str, c: Mapping[str, Any]) -> "ModelShape":
+        c = c.get("text_config", c)
+        heads = int(c["num_attention_heads"])
+        return cls(name, int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["intermediate_size"]), heads,
+                   int(c.get("num_key_value_heads") or heads), int(c.get("head_dim") or c["hidden_size"] // heads),
+                   int(c["vocab_size"]), int(c["max_position_embeddings"]), bool(c.get("tie_word_embeddings", False)))
+
+
+# config.json of the models the configs name (hub ids), so that the check needs no download
+KNOWN_MODELS = {
+    "Qwen/Qwen3-8B": ModelShape("Qwen/Qwen3-8B", layers=36, hidden=4096, intermediate=12288, heads=32, kv_heads=8,
+                                head_dim=128, vocab=151936, max_positions=40960, tied=False),
+    "Qwen/Qwen3-4B": ModelShape("Qwen/Qwen3-4B", layers=36, hidden=2560, intermediate=9728, heads=32, kv_heads=8,
+                                head_dim=128, vocab=151936, max_positions=40960, tied=True),
+    "Qwen/Qwen3-0.6B": ModelShape("Qwen/Qwen3-0.6B", layers=28, hidden=1024, intermediate=3072, heads=16, kv_heads=8,
+                                  head_dim=128, vocab=151936, max_positions=40960, tied=True),
+}
+
+
+class CheckError(ValueError):
+    """A setting the check cannot evaluate (e.g. an unknown model); names the key."""
+
+
+def model_shape(cfg: Mapping[str, Any], root: Path) -> ModelShape:
+    """The model of a config: model.path's config.json when it exists, else the table of known hub ids
+    (model.hub_id), else the tiny model's section (model.source tiny)."""
+    m = cfg.get("model") or {}
+    path = m.get("path")
+    if path:
+        p = Path(path) if Path(path).is_absolute() else root / path
+        if (p / "config.json").exists():
+            return ModelShape.from_hf(str(p), json.loads((p / "config.json").read_text()))
+    if m.get("hub_id") in KNOWN_MODELS:
+        return KNOWN_MODELS[m["hub_id"]]
+    if m.get("source") == "tiny":
+        t = m["tiny"]
+        return ModelShape("tiny", int(t["num_layers"]), int(t["hidden_size"]), int(t["intermediate_size"]),
+                          int(t["num_heads"]), int(t["num_kv_heads"]), int(t["hidden_size"]) // int(t["num_heads"]),
+                          int(m["vocab_size"]), int(t["max_position"]), True)
+    raise CheckError(f"model.hub_id {m.get('hub_id')!r}: unknown to rtpo.verl_ext.startup.KNOWN_MODELS and "
+                     f"model.path {path!r} has no config.json: add the model's shape to the table")
+
+
+# --------------------------------------------------------------------------------------------------
+# The overrides
+# --------------------------------------------------------------------------------------------------
+_INT = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?([0-9]*\.[0-9]+|[0-9]+\.?[0-9]*)([eE][-+]?[0-9]+)?")
+_LITERALS = {"true": True, "false": False, "True": True, "False": False, "null": None, "None": None, "": None}
+
+
+def _value(val: str) -> Any:
+    """A Hydra override value: the scalars by hand (fast), anything else as YAML."""
+    if val in _LITERALS:
+        return _LITERALS[val]
+    if _INT.fullmatch(val):
+        return int(val)
+    if _FLOAT.fullmatch(val):
+        return float(val)
+    if val[:1] in "[{'\"":
+        try:
+            return yaml.safe_load(val)
+        except yaml.YAMLError:
+            return val
+    return val
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, Any]:
+    """Hydra overrides ``[+]key=value`` -> {key: value} (values parsed as YAML; the last one wins)."""
+    out: dict[str, Any] = {}
+    for o in overrides:
+        key, _, val = str(o).lstrip("+~").partition("=")
+        out[key] = _value(val)
+    return out
+
+
+class Overrides(dict):
+    """Parsed overrides with verl's defaults (VERL_DEFAULTS) behind them."""
+
+    def __missing__(self, key: str) -> Any:
+        if key not in VERL_DEFAULTS:
+            raise KeyError(key)
+        return VERL_DEFAULTS[key]
+
+    def sp(self) -> int:
+        # FSDPActorConfig.__post_init__ copies the deprecated actor-level size into fsdp_config when > 1
+        return max(int(self["actor_rollout_ref.actor.ulysses_sequence_parallel_size"]),
+                   int(self["actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size"]))
+
+    def budget(self, role: str) -> int:
+        actor = int(self["actor_rollout_ref.actor.ppo_max_token_len_per_gpu"])
+        if role == "actor":
+            return actor
+        v = self[f"actor_rollout_ref.{role}.log_prob_max_token_len_per_gpu"]
+        return actor if v is None else int(v)
+
+
+# --------------------------------------------------------------------------------------------------
+# The GPU environment spec
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the GPU environment installs: the requirement names of environment.yml's pip list and of
+    pyproject.toml's `gpu` extra, with verl's extras expanded where they pull flash-attn."""
+
+    requirements: frozenset
+    sources: tuple
+
+    def installs(self, name: str) -> bool:
+        return _norm(name) in self.requirements
+
+    def attention(self) -> set[str]:
+        have = set(TORCH_ATTENTION) if self.installs("torch") else set()
+        if self.installs("flash-attn"):
+            have.add("flash_attention_2")
+        if self.installs("flash-attn-3") or self.installs("flash_attn_interface"):
+            have.add("flash_attention_3")
+        return have
+
+
+# verl 0.9.1's extras that pull flash-attn (its METADATA: flash-attn-cu130torch211, fsdp and megatron)
+VERL_FLASH_EXTRAS = {"flash-attn-cu130torch211", "fsdp", "megatron"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(req: str) -> set[str]:
+    req = req.split(";")[0].split("#")[0].strip()
+    if not req or req.startswith("-") and not req.startswith("-e"):
+        return set()
+    if req.startswith("-e"):  # -e .[gpu]: the extra is read from pyproject.toml itself
+        return set()
+    m = re.match(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*(\[([^\]]*)\])?", req)
+    if not m:
+        return set()
+    names = {_norm(m.group(1))}
+    extras = {_norm(e.strip()) for e in (m.group(3) or "").split(",") if e.strip()}
+    if _norm(m.group(1)) == "verl" and extras & VERL_FLASH_EXTRAS:
+        names.add("flash-attn")
+    if _norm(m.group(1)) == "verl" and "vllm" in extras:
+        names |= {"torch", "vllm", "transformers"}
+    return names
+
+
+def env_spec(root: Path) -> EnvSpec:
+    """The GPU environment spec of the repository at `root` (environment.yml + the `gpu` extra)."""
+    import tomllib
+
+    names: set[str] = set()
+    sources = []
+    env_yml = root / "environment.yml"
+    if env_yml.exists():
+        sources.append(str(env_yml.name))
+        doc = yaml.safe_load(env_yml.read_text()) or {}
+        for dep in doc.get("dependencies", []):
+            if isinstance(dep, dict):
+                for r in dep.get("pip", []):
+                    names |= _requirement_names(str(r))
+            elif isinstance(dep, str) and not dep.startswith(("python", "pip")):
+                names |= _requirement_names(dep.split("=")[0])
+    pp = root / "pyproject.toml"
+    if pp.exists():
+        sources.append("pyproject.toml [project.optional-dependencies] gpu")
+        proj = tomllib.loads(pp.read_text()).get("project", {})
+        for r in proj.get("optional-dependencies", {}).get("gpu", []):
+            names |= _requirement_names(r)
+        for r in proj.get("dependencies", []):  # rtpo itself: torch (sdpa) is a base dependency
+            names |= _requirement_names(r)
+    return EnvSpec(frozenset(names), tuple(sources))
+
+
+# --------------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryModel:
+    """The constants of the per-GPU and host-RAM estimates (docs/verl.md, "Start-up arithmetic").
+
+    GPU, training (rollout servers asleep):
+      state       16 B/param over the n GPUs: fp32 master weights (engine/fsdp.yaml model_dtype fp32),
+                  fp32 gradients (FSDP2 reduce_dtype fp32), AdamW's two fp32 moments. The reference
+                  model (KL loss) holds nothing: forward-only FSDP2 units get CPUOffloadPolicy
+                  (workers/engine/fsdp/transformer_impl.py _build_fsdp_module).
+      transient   FSDP2 unshards one unit at a time: lm_head in bf16 plus its fp32 gradient before the
+                  reduce-scatter, and two decoder layers in bf16 (prefetch).
+      activations gradient checkpointing (hf_model.yaml enable_gradient_checkpointing: True): each
+                  layer's bf16 input kept (2 L H B per token), one layer recomputed with its
+                  gradients in flight, ~4 (14 H + 4 I) B per token (q/k/v/o, norms in fp32, the
+                  attention output, the three MLP projections and the SiLU product).
+      attention   sdpa with remove-padding packs a micro-batch into one row; transformers builds the
+                  block-diagonal mask from position_ids (masking_utils find_packed_sequence_indices):
+                  T^2 bool plus T^2 bf16 when SDPA turns it into an additive bias. Flash attention: 0.
+      logits      lm_head's bf16 logits, T V 2 B; without flash-attn's Triton cross entropy
+                  (utils/torch_functional.py logprobs_from_logits -> logprobs_from_logits_v2) the
+                  per-row log-softmax is kept for backward and the gradient allocated: +4 B.
+                  use_fused_kernels: 512-token chunks only (utils/experimental/torch_functional.py).
+      entropy     chunked (entropy_from_logits_with_chunking) and checkpointed: fp32 chunks of
+                  entropy_from_logits_chunk_size tokens, ~3 copies; unchunked: +4 B T V.
+      fixed       CUDA context and NCCL buffers of the actor process, the sleeping vLLM worker on the
+                  same GPU (its context and CUDA graphs; sleep frees weights and KV cache), allocator
+                  fragmentation as a share of the GPU.
+    Host RAM per node: the GPU worker and server processes, the reference model's fp32 weights
+    (CPU-offloaded, pinned), one full fp32 state dict on rank 0 (model load, checkpoints with
+    hf_model), and with `vllm_keep` (vLLM sleep level 1) each replica's bf16 weights, pinned
+    while it sleeps; the driver, TaskRunner, TransferQueue and agent workers.
+    """
+
+    actor_context_gib: float = 2.0
+    vllm_asleep_gib: float = 3.0
+    fragmentation: float = 0.05
+    worker_rss_gib: float = 6.0  # one per GPU: the FSDP worker with its colocated vLLM worker
+    server_rss_gib: float = 3.0  # one per rollout replica: vLLM's HTTP server / engine core
+    driver_gib: float = 16.0
+    eval_activation_gib: float = 2.0
+
+
+MEMORY = MemoryModel()
+
+
+@dataclass
+class GpuMemory:
+    state: float
+    transient: float
+    activations: float
+    attention: float
+    logits: float
+    entropy: float
+    fixed: float
+    total: float
+    tokens: int
+
+    def terms(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("state", "transient", "activations", "attention", "logits", "entropy",
+                                              "fixed", "total")}
+
+
+def gpu_memory(shape: ModelShape, tokens: int, n_gpus: int, sp: int, attention: str, flash_ce: bool,
+               fused: bool, entropy_chunked: bool, entropy_chunk: int, gpu_gib: float,
+               mm: MemoryModel = MEMORY) -> GpuMemory:
+    """Per-GPU memory (GiB) of one actor micro-batch of `tokens` tokens per GPU (MemoryModel)."""
+    N, H, L, I, V = shape.params, shape.hidden, shape.layers, shape.intermediate, shape.vocab
+    T = int(tokens)
+    state = 16 * N / n_gpus
+    lm_head = V * H
+    transient = lm_head * (2 + 4) + 2 * 2 * shape.layer_params
+    activations = T * (2 * L * H + 4 * (14 * H + 4 * I))
+    attn = 0 if attention in FLASH_ATTENTION else 3 * T * T
+    if fused:
+        logits = 5 * 512 * V * 4
+    else:
+        logits = T * V * (2 if flash_ce else 6)
+    entropy = 3 * entropy_chunk * V * 4 if (entropy_chunked or fused) else 4 * T * V
+    fixed = (mm.actor_context_gib + mm.vllm_asleep_gib) * GIB + mm.fragmentation * gpu_gib * GIB
+    parts = [x / GIB for x in (state, transient, activations, attn, logits, entropy, fixed)]
+    return GpuMemory(*parts, total=sum(parts), tokens=T)
+
+
+def vllm_awake(shape: ModelShape, n_gpus: int, util: float, gpu_gib: float, mm: MemoryModel = MEMORY) -> float:
+    """GiB on a GPU while the colocated servers are awake: their share (gpu_memory_utilization of the
+    GPU) plus the actor's resident fp32 weights and AdamW moments (gradients freed by zero_grad)."""
+    return util * gpu_gib + 12 * shape.params / n_gpus / GIB + mm.actor_context_gib
+
+
+def host_memory(shape: ModelShape, gpus_per_node: int, n_gpus: int, tp: int, keep: bool, ref: bool,
+                mm: MemoryModel = MEMORY) -> dict[str, float]:
+    """Host RAM (GiB) of one training node (MemoryModel)."""
+    N = shape.params
+    replicas = max(gpus_per_node // max(tp, 1), 1)
+    t = {
+        "processes": gpus_per_node * mm.worker_rss_gib + replicas * mm.server_rss_gib + mm.driver_gib,
+        "ref_offload": (4 * N * gpus_per_node / n_gpus) / GIB if ref else 0.0,
+        "full_state": 4 * N / GIB,
+        "vllm_sleep_level1": replicas * 2 * N / GIB if keep else 0.0,
+    }
+    t["total"] = sum(t.values())
+    return t
+
+
+# --------------------------------------------------------------------------------------------------
+# Cells and findings
+# --------------------------------------------------------------------------------------------------
+@dataclass
+class Finding:
+    """One failed rule: the cell, the config key to change, the rule and the message."""
+
+    cell: str
+    key: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.cell}: {self.key}: {self.message} [{self.rule}]"
+
+
+@dataclass
+class CellReport:
+    cell: str
+    method: str
+    task: str
+    values: dict[str, Any]
+    memory: GpuMemory | None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+@dataclass
+class Report:
+    engine: str
+    cells: list[CellReport] = field(default_factory=list)
+    evals: list[CellReport] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.all_findings()
+
+    def all_findings(self) -> list[Finding]:
+        out = [f for c in self.cells + self.evals for f in c.findings]
+        return out + self.findings
+
+
+def training_cells(cfg: Mapping[str, Any]) -> list[tuple[str, str, str, tuple]]:
+    """(label, method, task, sets) of every verl training run the DAG has: the main grid's methods
+    that train (steps > 0) x tasks, and each ablation cell the DAG trains (not a copy of a main run),
+    once per distinct setting (seeds only change data order)."""
+    from rtpo.config import method_settings
+    from rtpo.dag import Dag
+
+    out, seen = [], set()
+    for task in cfg["tasks"]:
+        for method in cfg["methods"]:
+            if int(method_settings(cfg, method, task)["train"]["steps"]) > 0:
+                out.append((f"{method}/{task}", method, task, ()))
+                seen.add((method, task, ()))
+    for c in Dag(cfg).trained_cells():
+        if (c.method, c.task, c.sets) not in seen:
+            seen.add((c.method, c.task, c.sets))
+            out.append((f"{c.study}/{c.variant}: {c.method}/{c.task}", c.method, c.task, c.sets))
+    return out
+
+
+def _with_sets(cfg: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
+    import copy
+
+    from rtpo.config import set_path
+
+    c = copy.deepcopy(dict(cfg))
+    for s in sets:
+        set_path(c, s, source="ablation override")
+    return c
+
+
+def _budget_key(cfg: Mapping[str, Any], method: str, task: str) -> str:
+    m = (cfg.get("method") or {}).get(method) or {}
+    if "micro_batch_tokens" in ((m.get("per_task") or {}).get(task) or {}):
+        return f"method.{method}.per_task.{task}.micro_batch_tokens"
+    if "micro_batch_tokens" in m:
+        return f"method.{method}.micro_batch_tokens"
+    return "train.micro_batch_tokens"
+
+
+def _length_keys(method: str, task: str) -> str:
+    from rtpo.verl_ext.launch import TURN_ROW_METHODS
+
+    if method in TURN_ROW_METHODS:
+        return f"env.{task}.max_prompt_tokens / env.{task}.max_new_tokens"
+    return f"verl.max_context (or env.{task}.max_turns / max_new_tokens, verl.obs_tokens)"
+
+
+def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets: tuple, shape: ModelShape,
+               spec: EnvSpec, root: Path) -> CellReport:
+    """Build the cell's GPU overrides (launch.verl_overrides, cpu=False) and check them (module doc)."""
+    from rtpo.config import method_settings
+    from rtpo.verl_ext.launch import TURN_ROW_METHODS, trainer_mode, verl_overrides
+
+    c = _with_sets(cfg, sets)
+    v = dict(c.get("verl") or {})
+    model_dir = (c.get("model") or {}).get("path") or "results/models/base"
+    ov = Overrides(parse_overrides(verl_overrides(c, method, task, 0, root / "results" / "check", root / model_dir,
+                                                  "train.parquet", "val.parquet", cpu=False)))
+    s = method_settings(c, method, task)
+    P, R = int(ov["data.max_prompt_length"]), int(ov["data.max_response_length"])
+    n = int(ov["trainer.n_gpus_per_node"]) * int(ov["trainer.nnodes"])
+    tp = int(ov["actor_rollout_ref.rollout.tensor_model_parallel_size"])
+    sp = ov.sp()
+    attn = str(ov["actor_rollout_ref.model.override_config.attn_implementation"])
+    tok = ov.budget("actor")
+    fused = bool(ov["actor_rollout_ref.model.use_fused_kernels"])
+    strategy = str(ov["actor_rollout_ref.actor.strategy"])
+    rollout = str(ov["actor_rollout_ref.rollout.name"])
+    gpu_gib = float(v.get("gpu_memory_gib", 80))
+    max_model_len = ov["actor_rollout_ref.rollout.max_model_len"]
+    positions = int(max_model_len) if max_model_len else shape.max_positions
+    mode = trainer_mode(method, s["method"])
+    cell = CellReport(label, method, task, {}, None)
+    bad = cell.findings.append
+    budget_key, len_keys = _budget_key(c, method, task), _length_keys(method, task)
+
+    # tokens: verl's micro-batching and rtpo's trainer
+    for role in ("actor", "rollout", "ref"):
+        b = ov.budget(role)
+        if P + R > b * sp:
+            key = "actor.ppo_max_token_len_per_gpu" if role == "actor" else f"{role}.log_prob_max_token_len_per_gpu"
+            bad(Finding(label, budget_key, "tokens",
+                        f"prompt + response = {P} + {R} = {P + R} > {key} x ulysses sp = {b} x {sp} = {b * sp}; "
+                        f"raise {budget_key} to >= {math.ceil((P + R) / sp)} or shorten the rows ({len_keys}) "
+                        "(verl utils/seqlen_balancing.py rearrange_micro_batches: assert max_token_len >= "
+                        "max_seq_len)"))
+            break
+    else:
+        if mode == "rtpo_engine_sync" and P + R > tok:
+            bad(Finding(label, budget_key, "tokens",
+                        f"prompt + response = {P + R} > actor.ppo_max_token_len_per_gpu = {tok}: rtpo's trainer "
+                        "requires the per-GPU budget to cover a row whatever the sequence parallel size "
+                        "(rtpo/verl_ext/trainer.py RTPOEngineTrainer._setup)"))
+    # positions and the row cap
+    if max_model_len and int(max_model_len) > shape.max_positions:
+        bad(Finding(label, "verl.overrides (actor_rollout_ref.rollout.max_model_len)", "positions",
+                    f"rollout max_model_len {max_model_len} > {shape.name}'s max_position_embeddings "
+                    f"{shape.max_positions} (verl vllm_async_server.py _validate_configs)"))
+    if P + R > positions:
+        bad(Finding(label, len_keys, "positions",
+                    f"prompt + response = {P + R} > {positions}, {shape.name}'s max_position_embeddings (the "
+                    "rollout's max_model_len: verl workers/rollout/vllm_rollout/vllm_async_server.py "
+                    "_validate_configs; requests beyond it are refused)"))
+    cap = v.get("max_context")
+    if cap and P + R > int(cap):
+        bad(Finding(label, len_keys, "row cap", f"prompt + response = {P + R} > verl.max_context = {cap}"))
+    if method not in TURN_ROW_METHODS and R < int(s["env"]["max_new_tokens"]):
+        bad(Finding(label, f"verl.max_context / env.{task}.max_new_tokens", "one turn",
+                    f"flat rows' response_length {R} < one turn (env.{task}.max_new_tokens = "
+                    f"{s['env']['max_new_tokens']}): verl.max_context - prompt_length leaves no room"))
+    # parallel layout
+    if n % tp:
+        bad(Finding(label, "verl.tensor_parallel_size", "tp",
+                    f"{n} GPUs not divisible by rollout tensor parallel size {tp} (verl workers/engine_workers.py "
+                    "init_model: rollout world_size % infer_world_size)"))
+    if shape.heads % tp:
+        bad(Finding(label, "verl.tensor_parallel_size", "tp",
+                    f"{shape.name}'s {shape.heads} attention heads not divisible by tensor parallel size {tp} "
+                    "(vLLM ModelConfig.verify_with_parallel_config)"))
+    if sp > 1:
+        if n % sp:
+            bad(Finding(label, "verl.ulysses_sequence_parallel_size", "sp",
+                        f"{n} GPUs not divisible by ulysses sp {sp} (transformer_impl.py _init_device_mesh)"))
+        if shape.heads % sp or (shape.kv_heads % sp and sp % shape.kv_heads):
+            bad(Finding(label, "verl.ulysses_sequence_parallel_size", "sp",
+                        f"heads {shape.heads} / kv heads {shape.kv_heads} vs ulysses sp {sp} (verl "
+                        "models/transformers/monkey_patch.py apply_monkey_patch asserts)"))
+        if not ov["actor_rollout_ref.model.use_remove_padding"]:
+            bad(Finding(label, "verl.remove_padding", "sp",
+                        "ulysses sp > 1 needs use_remove_padding (verl workers/config/actor.py "
+                        "FSDPActorConfig.validate)"))
+        if attn not in FLASH_ATTENTION:
+            bad(Finding(label, "verl.attn_implementation", "sp",
+                        f"ulysses sp {sp} with attention {attn!r}: verl's Ulysses replaces only "
+                        "_flash_attention_forward (models/transformers/monkey_patch.py), so every rank would "
+                        "attend within its own slice of the sequence; use flash_attention_2"))
+    # attention installed by the GPU environment spec
+    have = spec.attention()
+    if attn not in have:
+        bad(Finding(label, "verl.attn_implementation", "attention",
+                    f"attention {attn!r} (verl's default when unnamed: flash_attention_2, workers/config/model.py) "
+                    f"is not installed by the GPU environment spec ({', '.join(spec.sources) or 'none found'}: "
+                    f"it provides {sorted(have)}); flash_attention_2 needs flash-attn"))
+    # fused kernels on FSDP2 with an untied lm_head
+    if fused and strategy == "fsdp2" and not shape.tied and n > 1:
+        bad(Finding(label, "verl.use_fused_kernels", "fused",
+                    f"use_fused_kernels with FSDP2 and {shape.name}'s untied lm_head: the fused forward reads "
+                    "lm_head.weight outside the lm_head unit's forward, a sharded DTensor there "
+                    "(dense_common.py forward_with_torch_backend, fsdp_utils.py _select_fsdp2_wrap_targets)"))
+    # the chain trainer's batch padding
+    rollout_n = int(ov["actor_rollout_ref.rollout.n"])
+    if mode == "rtpo_chain_sync":
+        rows = int(ov["data.train_batch_size"]) * rollout_n
+        multiple = math.lcm(n // sp, int(ov["actor_rollout_ref.actor.ppo_mini_batch_size"]) * rollout_n)
+        if rows % multiple:
+            bad(Finding(label, "train.prompts_per_step", "batch",
+                        f"train_batch_size x rollout.n = {rows} is not a multiple of lcm(dp, ppo_mini_batch_size x "
+                        f"n) = {multiple}: verl pads the batch with dummy rows (trainer_base.py _balance_batch)"))
+    # memory
+    chunked = bool(ov["actor_rollout_ref.actor.entropy_from_logits_with_chunking"])
+    mem = gpu_memory(shape, tok, n, sp, attn, spec.installs("flash-attn"), fused, chunked,
+                     int(ov["actor_rollout_ref.actor.entropy_from_logits_chunk_size"]), gpu_gib)
+    if mem.total > gpu_gib:
+        t = mem.terms()
+        bad(Finding(label, budget_key, "memory",
+                    f"estimated {mem.total:.1f} GiB per GPU > verl.gpu_memory_gib {gpu_gib:g} at {tok} tokens per GPU "
+                    f"({', '.join(f'{k} {x:.1f}' for k, x in t.items() if k != 'total')}); lower the per-GPU "
+                    "budget (and the rows with it), or use ulysses sp / flash-attn"))
+    util = float(ov["actor_rollout_ref.rollout.gpu_memory_utilization"])
+    awake = vllm_awake(shape, n, util, gpu_gib)
+    if awake > gpu_gib:
+        bad(Finding(label, "verl.gpu_memory_utilization", "memory",
+                    f"servers awake: {util} x {gpu_gib:g} GiB + the actor's resident state = {awake:.1f} GiB > "
+                    f"{gpu_gib:g} GiB"))
+    logits_gib = tok * shape.vocab * 4 / GIB  # fp32 logits of a full micro-batch (the table's column)
+    cell.memory = mem
+    cell.values = {"P": P, "R": R, "P+R": P + R, "tokens/GPU": tok, "max pos": positions, "sp": sp, "TP": tp,
+                   "GPUs": n, "attention": attn, "fp32 logits GiB": round(logits_gib, 1),
+                   "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
+                   "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"])}
+    return cell
+
+
+def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
+    """The evaluation servers of a config (one layout for every task: rtpo/verl_ext/eval_servers.py)."""
+    from rtpo.verl_ext.eval_servers import DEFAULT_GPU_MEMORY_UTILIZATION, server_layout
+
+    v = dict(cfg.get("verl") or {})
+    tp, replicas = server_layout(dict(cfg), cpu=False)
+    L = int(v.get("max_model_len") or shape.max_positions)
+    util = float(v.get("eval_gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
+    gpu_gib = float(v.get("gpu_memory_gib", 80))
+    cell = CellReport("evaluate", "*", "*", {}, None)
+    bad = cell.findings.append
+    if L > shape.max_positions:
+        bad(Finding("evaluate", "verl.max_model_len", "positions",
+                    f"max_model_len {L} > {shape.name}'s max_position_embeddings {shape.max_positions} "
+                    "(verl vllm_async_server.py _validate_configs)"))
+    if shape.heads % tp:
+        bad(Finding("evaluate", "verl.tensor_parallel_size", "tp",
+                    f"{shape.heads} attention heads not divisible by tensor parallel size {tp}"))
+    weights = 2 * shape.params / tp / GIB
+    kv_heads = max(shape.kv_heads // tp, 1)
+    kv = L * 2 * shape.layers * kv_heads * shape.head_dim * 2 / GIB
+    need = weights + kv + MEMORY.eval_activation_gib
+    if need > util * gpu_gib:
+        bad(Finding("evaluate", "verl.eval_gpu_memory_utilization", "memory",
+                    f"bf16 weights / TP {weights:.1f} + KV cache of one {L}-token sequence {kv:.1f} + activations "
+                    f"{MEMORY.eval_activation_gib} GiB > {util} x {gpu_gib:g} GiB"))
+    cell.values = {"TP": tp, "replicas": replicas, "GPUs": tp * replicas, "max_model_len": L,
+                   "weights GiB/GPU": round(weights, 1), "KV GiB/seq": round(kv, 1), "util": util}
+    return cell
+
+
+# --------------------------------------------------------------------------------------------------
+# The Slurm profile
+# --------------------------------------------------------------------------------------------------
+TRAIN_MIN_RUNTIME = 15 * 60  # minutes: E.3's longest training job (mathematics, ~15 h on 8 A100s)
+
+
+def load_profile(path: Path) -> dict[str, dict[str, Any]]:
+    """rule -> resources of a Snakemake profile directory's config.yaml (set-resources over
+    default-resources)."""
+    p = Path(path)
+    p = p / "config.yaml" if p.is_dir() else p
+    prof = yaml.safe_load(p.read_text()) or {}
+    defaults = dict(prof.get("default-resources") or {})
+    out = {"*": defaults}
+    for rule, res in (prof.get("set-resources") or {}).items():
+        out[rule] = {**defaults, **(res or {})}
+    return out
+
+
+def _int(x: Any, default: int = 0) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return default
+
+
+def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]], cells: list[CellReport],
+                  shape: ModelShape, where: str = "workflow/profiles/slurm/config.yaml") -> tuple[list[dict], list[Finding]]:
+    """The Slurm profile's resources of every GPU rule against what its jobs run (module doc)."""
+    from rtpo.verl_ext.eval_servers import server_layout
+
+    v = dict(cfg.get("verl") or {})
+    gpn, nnodes = int(v.get("n_gpus_per_node", 8)), int(v.get("nnodes", 1))
+    tp, replicas = server_layout(dict(cfg), cpu=False)
+    agent_workers = int(v.get("agent_workers", 8))
+    search = (cfg.get("data") or {}).get("search") or {}
+    retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
+        if (search.get("retriever") or {}).get("url") == "auto" else 0
+    defaults = resources.get("*", {})
+    rows, findings = [], []
+
+    def get(rule: str) -> dict[str, Any]:
+        return {**defaults, **(resources.get(rule) or {})}
+
+    by_rule: dict[str, list[CellReport]] = {}
+    for c in cells:
+        rule = "ablation_train" if ":" in c.cell else f"train_{c.method}"
+        by_rule.setdefault(rule, []).append(c)
+    for rule, cs in sorted(by_rule.items()):
+        r = get(rule)
+        keep = any(c.values.get("keep") for c in cs)
+        ref = any(c.values.get("ref") for c in cs)
+        host = host_memory(shape, gpn, gpn * nnodes, tp, keep, ref)
+        need_mb = math.ceil(host["total"] * GIB / MIB)
+        searches = any(c.task == "search" for c in cs)
+        cpus = gpn + max(gpn // max(tp, 1), 1) + agent_workers + 2 + (retriever_workers if searches else 0)
+        gpu, nodes = _int(r.get("gpu") or r.get("gpus")), _int(r.get("nodes"), 1)
+        row = {"rule": rule, "gpu": gpu, "need gpu": gpn * nnodes, "nodes": nodes, "need nodes": nnodes,
+               "mem_mb": _int(r.get("mem_mb")), "need mem_mb": need_mb, "cpus": _int(r.get("cpus_per_task")),
+               "need cpus": cpus, "runtime": _int(r.get("runtime")), "need runtime": TRAIN_MIN_RUNTIME,
+               "host GiB": {k: round(x, 1) for k, x in host.items()}}
+        rows.append(row)
+        key = f"{where}: set-resources.{rule}"
+        if gpu < gpn * nnodes:
+            findings.append(Finding(rule, f"{key}.gpu", "gpu",
+                                    f"gpu {gpu} < verl.n_gpus_per_node x verl.nnodes = {gpn} x {nnodes} (the plugin's "
+                                    "--gpus is the job's total)"))
+        if nodes != nnodes:
+            findings.append(Finding(rule, f"{key}.nodes", "nodes", f"nodes {nodes} != verl.nnodes {nnodes}"))
+        if row["mem_mb"] < need_mb:
+            findings.append(Finding(rule, f"{key}.mem_mb", "host memory",
+                                    f"mem_mb {row['mem_mb']} < the host-RAM estimate {need_mb} MB per node "
+                                    f"({', '.join(f'{k} {x:.0f} GiB' for k, x in host.items() if k != 'total')})"))
+        if row["cpus"] < cpus:
+            findings.append(Finding(rule, f"{key}.cpus_per_task", "cpus",
+                                    f"cpus_per_task {row['cpus']} < {cpus}: a worker per GPU, a server per replica, "
+                                    f"{agent_workers} agent workers, driver and TaskRunner"
+                                    + (f", {retriever_workers} retrieval workers" if searches else "")))
+        if row["runtime"] < TRAIN_MIN_RUNTIME:
+            findings.append(Finding(rule, f"{key}.runtime", "runtime",
+                                    f"runtime {row['runtime']} min < {TRAIN_MIN_RUNTIME} (E.3: ~15 h for mathematics)"))
+    from rtpo.dag import STUDIES
+
+    eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
+    for rule in eval_rules:
+        r = get(rule)
+        gpu = _int(r.get("gpu") or r.get("gpus"))
+        need_mb = math.ceil((tp * replicas * MEMORY.worker_rss_gib + replicas * MEMORY.server_rss_gib
+                             + MEMORY.driver_gib) * GIB / MIB)
+        cpus = tp * replicas + replicas + 2 + retriever_workers
+        row = {"rule": rule, "gpu": gpu, "need gpu": tp * replicas, "nodes": _int(r.get("nodes"), 1), "need nodes": 1,
+               "mem_mb": _int(r.get("mem_mb")), "need mem_mb": need_mb, "cpus": _int(r.get("cpus_per_task")),
+               "need cpus": cpus, "runtime": _int(r.get("runtime")), "need runtime": None}
+        rows.append(row)
+        key = f"{where}: set-resources.{rule}"
+        if gpu < tp * replicas:
+            findings.append(Finding(rule, f"{key}.gpu", "gpu",
+                                    f"gpu {gpu} < verl.tensor_parallel_size x verl.eval_replicas = {tp} x {replicas}"))
+        if row["mem_mb"] < need_mb:
+            findings.append(Finding(rule, f"{key}.mem_mb", "host memory", f"mem_mb {row['mem_mb']} < {need_mb}"))
+        if row["cpus"] < cpus:
+            findings.append(Finding(rule, f"{key}.cpus_per_task", "cpus", f"cpus_per_task {row['cpus']} < {cpus}"))
+    return rows, findings
+
+
+# --------------------------------------------------------------------------------------------------
+# The whole check
+# --------------------------------------------------------------------------------------------------
+def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]] | None = None,
+                 root: Path | None = None, spec: EnvSpec | None = None,
+                 profile_name: str = "workflow/profiles/slurm/config.yaml") -> Report:
+    """Every training cell, the evaluation servers and (given `resources`: rule -> resources) the
+    Slurm profile of a validated config. `root`: the repository (environment spec, model paths)."""
+    from rtpo.config import ROOT
+
+    root = Path(root or ROOT)
+    engine = str(cfg.get("engine", "local"))
+    rep = Report(engine)
+    if engine != "verl":
+        rep.note = f"engine: {engine}: no verl run, nothing to check"
+        return rep
+    if str((cfg.get("verl") or {}).get("device", "cuda")) == "cpu":
+        rep.note = "verl.device: cpu: the CPU harness runs it; the GPU start-up checks do not apply"
+        return rep
+    shape = model_shape(cfg, root)
+    spec = spec or env_spec(root)
+    for label, method, task, sets in training_cells(cfg):
+        rep.cells.append(check_cell(cfg, label, method, task, sets, shape, spec, root))
+    rep.evals.append(check_eval(cfg, shape))
+    if resources is not None:
+        rep.resources, rep.findings = check_profile(cfg, resources, rep.cells, shape, profile_name)
+    return rep
+
+
+COLUMNS = ["cell", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
+           "est. GiB/GPU", "verdict"]
+
+
+def format_report(rep: Report) -> str:
+    """The per-cell table (Markdown), the evaluation and profile rows, then every finding."""
+    if rep.note:
+        return rep.note
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for c in rep.cells:
+        vals = [c.cell] + [str(c.values.get(k, "")) for k in COLUMNS[1:-1]]
+        vals.append("ok" if c.ok else "FAIL: " + ", ".join(sorted({f.rule for f in c.findings})))
+        lines.append("| " + " | ".join(vals) + " |")
+    for e in rep.evals:
+        ev = e.values
+        lines += ["", f"evaluation servers: TP {ev['TP']} x {ev['replicas']} replicas = {ev['GPUs']} GPUs, max_model_len "
+                      f"{ev['max_model_len']}, bf16 weights {ev['weights GiB/GPU']} GiB/GPU, KV cache of one sequence "
+                      f"{ev['KV GiB/seq']} GiB/GPU, gpu_memory_utilization {ev['util']}: "
+                      + ("ok" if e.ok else "FAIL")]
+    if rep.resources:
+        cols = ["rule", "gpu", "need gpu", "nodes", "need nodes", "mem_mb", "need mem_mb", "cpus", "need cpus",
+                "runtime", "need runtime"]
+        lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for r in rep.resources:
+            lines.append("| " + " | ".join("-" if r.get(k) is None else str(r.get(k)) for k in cols) + " |")
+    fs = rep.all_findings()
+    lines += ["", f"{len(rep.cells)} training cells, {len(fs)} failed rules" + (":" if fs else ": every check passes")]
+    lines += [f"  {f}" for f in fs]
+    return "\n".join(lines)
+
+
+def first_error(rep: Report) -> str | None:
+    """One line naming the first failed cell, key and rule (what `snakemake -n` prints)."""
+    fs = rep.all_findings()
+    if not fs:
+        return None
+    more = f" (and {len(fs) - 1} more: rtpo check-config --config <file>)" if len(fs) > 1 else ""
+    return f"start-up check failed: {fs[0]}{more}"

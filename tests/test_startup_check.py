@@ -1,0 +1,286 @@
+"""The start-up arithmetic of the verl path (rtpo.verl_ext.startup, `rtpo check-config`, issue 30).
+
+Every cell of config/paper.yaml passes; planted settings fail naming the cell and the key: an
+over-long row against the per-GPU token budget, a turn longer than the budget, the issue's original
+settings (airline above Qwen3-8B's 40960 positions), flash_attention_2 without flash-attn in the GPU
+environment spec, Ulysses with sdpa, fused kernels with an untied lm_head, a profile with too few
+GPUs or too little host memory for vLLM's level-1 sleep. The CLI exits 2; `snakemake -n` stops.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rtpo.config import ROOT, load_config
+from rtpo.verl_ext import startup as st
+from tests.conftest import run_snakemake, workflow_copy
+
+PAPER = ROOT / "config" / "paper.yaml"
+PROFILE = ROOT / "workflow" / "profiles" / "slurm"
+FLAT = ("grpo", "tree_grpo", "arpo", "seeupo")
+
+
+def paper(*sets: str) -> dict:
+    return load_config(PAPER, list(sets))
+
+
+def failing(rep: st.Report) -> dict[str, set[tuple[str, str]]]:
+    """cell -> {(rule, key)} of the failed rules."""
+    out: dict[str, set] = {}
+    for f in rep.all_findings():
+        out.setdefault(f.cell, set()).add((f.rule, f.key))
+    return out
+
+
+def test_every_paper_cell_passes_with_its_arithmetic():
+    cfg = paper()
+    rep = st.check_config(cfg, st.load_profile(PROFILE))
+    assert rep.ok, st.format_report(rep)
+    cells = {c.cell: c for c in rep.cells}
+    # the main grid (vanilla trains nothing) and the ablation cells the DAG trains
+    for t in cfg["tasks"]:
+        for m in ("rtpo", *FLAT):
+            assert f"{m}/{t}" in cells
+    for label in ("sync/interval-2: rtpo/search", "sync/kl-0.01: rtpo/search", "continuation/off_policy: rtpo/search",
+                  "group_size/G2: rtpo/airline", "group_size/G4: rtpo/airline",
+                  "credit_assignment/psi-full: rtpo_ca/math"):
+        assert label in cells
+    assert "group_size/G3: rtpo/airline" not in cells  # a copy of rtpo/airline (reused, not trained)
+    v = {k: c.values for k, c in cells.items()}
+    assert v["rtpo/search"]["P+R"] == 8192 + 4096  # E.3: 8192-token prompts, 4096-token turns
+    assert v["grpo/math"]["P+R"] == 8192 + 3 * 4096 + 2 * 512  # the whole K = 3 episode
+    for t in ("search", "airline"):  # capped at verl.max_context
+        assert v[f"grpo/{t}"]["P+R"] == cfg["verl"]["max_context"] == 24576
+    for c in cells.values():
+        assert c.values["attention"] == "sdpa" and c.values["P+R"] <= c.values["tokens/GPU"] <= 24576
+        assert c.values["max pos"] == 40960 and c.memory.total < 80
+    assert v["sync/interval-2: rtpo/search"]["keep"] and not v["rtpo/search"]["keep"]
+    assert rep.evals[0].ok and rep.evals[0].values["GPUs"] == 4
+
+
+def test_issue_settings_fail_naming_cell_and_key():
+    """config/paper.yaml before issue 30: 16384-token budget, no row cap."""
+    cfg = paper("train.micro_batch_tokens=16384")
+    del cfg["verl"]["max_context"]
+    fails = failing(st.check_config(cfg))
+    assert ("positions", "verl.max_context (or env.airline.max_turns / max_new_tokens, verl.obs_tokens)") in \
+        fails["grpo/airline"]  # 44544 > 40960
+    for t in ("math", "search", "airline"):
+        for m in FLAT:
+            assert ("tokens", "train.micro_batch_tokens") in fails[f"{m}/{t}"], (m, t)
+        assert f"rtpo/{t}" not in fails  # 12288 fits 16384
+    rep = st.check_config(cfg)
+    search = next(c for c in rep.cells if c.cell == "grpo/search")
+    assert search.values["P+R"] == 35328
+
+
+def test_planted_budget_fails_naming_cell_and_key():
+    rep = st.check_config(paper("train.micro_batch_tokens=8192"))
+    fails = failing(rep)
+    assert ("tokens", "train.micro_batch_tokens") in fails["rtpo/search"]
+    assert ("tokens", "train.micro_batch_tokens") in fails["sync/kl-0.01: rtpo/search"]
+    msg = next(str(f) for f in rep.all_findings() if f.cell == "rtpo/search")
+    assert msg.startswith("rtpo/search: train.micro_batch_tokens: prompt + response = 8192 + 4096 = 12288 > ")
+    assert "seqlen_balancing.py" in msg
+    # a per-method budget is named as such
+    rep = st.check_config(paper("method.arpo.micro_batch_tokens=16384"))
+    assert failing(rep) == {f"arpo/{t}": {("tokens", "method.arpo.micro_batch_tokens")} for t in ("math", "search", "airline")}
+
+
+def test_planted_turn_length_fails_naming_the_env_key():
+    fails = failing(st.check_config(paper("env.search.max_new_tokens=20000")))
+    key = "env.search.max_prompt_tokens / env.search.max_new_tokens"
+    assert ("tokens", "train.micro_batch_tokens") in fails["rtpo/search"]  # 8192 + 20000 > 24576
+    assert ("row cap", key) in fails["rtpo/search"]
+    assert not any(c.endswith("/airline") or c.endswith("/math") for c in fails)
+    fails = failing(st.check_config(paper("env.airline.max_new_tokens=30000")))
+    assert ("one turn", "verl.max_context / env.airline.max_new_tokens") in fails["grpo/airline"]
+    fails = failing(st.check_config(paper("env.math.max_new_tokens=40000", "train.micro_batch_tokens=65536")))
+    assert ("positions", "env.math.max_prompt_tokens / env.math.max_new_tokens") in fails["rtpo/math"]
+
+
+def test_memory_rule_fails_on_whole_episode_rows():
+    """A budget holding the whole K = 6 episode (35328 tokens) on one GPU: its fp32 logits alone are
+    ~20 GiB (the issue's 21 GB), the estimate exceeds an A100 80GB."""
+    cfg = paper("train.micro_batch_tokens=35328", "verl.max_context=35328")
+    rep = st.check_config(cfg)
+    c = next(c for c in rep.cells if c.cell == "grpo/search")
+    assert c.values["fp32 logits GiB"] == pytest.approx(35328 * 151936 * 4 / 2 ** 30, abs=0.05)
+    assert ("memory", "train.micro_batch_tokens") in {(f.rule, f.key) for f in c.findings}
+    assert c.memory.total > 80
+    assert ("memory", "train.micro_batch_tokens") in failing(st.check_config(paper("verl.gpu_memory_gib=40")))["rtpo/math"]
+
+
+def test_flash_attention_needs_flash_attn_in_the_gpu_env_spec(tmp_path):
+    cfg = paper("verl.attn_implementation=flash_attention_2")
+    fails = failing(st.check_config(cfg))
+    assert all(("attention", "verl.attn_implementation") in fails[c.cell] for c in st.check_config(paper()).cells)
+    # a GPU environment spec that installs flash-attn through verl's extra passes the rule
+    (tmp_path / "environment.yml").write_text(yaml.safe_dump(
+        {"name": "x", "dependencies": ["python=3.11", {"pip": ["torch==2.11.0",
+                                                                 "verl[vllm,flash-attn-cu130torch211]==0.9.1"]}]}))
+    spec = st.env_spec(tmp_path)
+    assert spec.installs("flash-attn") and "flash_attention_2" in spec.attention()
+    assert st.check_config(cfg, spec=spec).ok
+    assert not st.env_spec(ROOT).installs("flash-attn")  # this repository's spec: sdpa only
+
+
+def test_gpu_environment_installs_the_attention_the_overrides_name(tmp_path):
+    """Deliverable 2: the GPU overrides name the attention explicitly, and environment.yml / the `gpu`
+    extra install it (sdpa: torch); both pin the same GPU stack."""
+    import tomllib
+
+    from rtpo.verl_ext.launch import verl_overrides
+
+    for method in ("rtpo", "grpo"):
+        ov = st.parse_overrides(verl_overrides(paper(), method, "search", 0, tmp_path, tmp_path, "t", "v", cpu=False))
+        attn = ov["actor_rollout_ref.model.override_config.attn_implementation"]
+        assert attn == "sdpa" and attn in st.env_spec(ROOT).attention()
+        assert ov["actor_rollout_ref.actor.entropy_from_logits_with_chunking"] is True
+    cfg = paper()
+    del cfg["verl"]["attn_implementation"]  # unnamed: still sdpa, never verl's flash_attention_2 default
+    ov = st.parse_overrides(verl_overrides(cfg, "rtpo", "math", 0, tmp_path, tmp_path, "t", "v", cpu=False))
+    assert ov["actor_rollout_ref.model.override_config.attn_implementation"] == "sdpa"
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pins = {r for d in env["dependencies"] if isinstance(d, dict) for r in d["pip"] if "==" in r}
+    gpu = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"])
+    assert gpu <= pins
+
+
+def test_ulysses_needs_flash_attention_and_a_divisible_layout():
+    fails = failing(st.check_config(paper("verl.ulysses_sequence_parallel_size=2")))
+    assert ("sp", "verl.attn_implementation") in fails["grpo/search"]
+    fails = failing(st.check_config(paper("verl.ulysses_sequence_parallel_size=3")))
+    assert ("sp", "verl.ulysses_sequence_parallel_size") in fails["rtpo/math"]  # 8 GPUs, 32 heads, 8 kv heads
+
+
+def test_fused_kernels_with_an_untied_lm_head_fail():
+    fails = failing(st.check_config(paper("verl.use_fused_kernels=true")))
+    assert ("fused", "verl.use_fused_kernels") in fails["rtpo/math"]
+    assert st.KNOWN_MODELS["Qwen/Qwen3-8B"].params == pytest.approx(8.19e9, rel=1e-3)
+
+
+def test_tensor_parallel_layout():
+    fails = failing(st.check_config(paper("verl.tensor_parallel_size=3")))
+    assert ("tp", "verl.tensor_parallel_size") in fails["grpo/math"]  # 8 GPUs, 32 heads
+    assert ("tp", "verl.tensor_parallel_size") in fails["evaluate"]
+
+
+def test_profile_resources_fail_naming_rule_and_key():
+    res = st.load_profile(PROFILE)
+    small = copy.deepcopy(res)
+    small["train_grpo"]["gpu"] = 4
+    fails = failing(st.check_config(paper(), small))
+    assert fails == {"train_grpo": {("gpu", "workflow/profiles/slurm/config.yaml: set-resources.train_grpo.gpu")}}
+    # vLLM sleep level 1 (vllm_keep: the sync interval:2 / kl:0.01 ablations) pins one bf16 copy of the
+    # weights per replica in host RAM: 150 GB covers a training job without it, not ablation_train
+    for rule in ("train_grpo", "ablation_train"):
+        small = copy.deepcopy(res)
+        small[rule]["mem_mb"] = 150000
+        got = failing(st.check_config(paper(), small))
+        assert got == ({} if rule == "train_grpo" else {rule: {("host memory", f"workflow/profiles/slurm/config.yaml: "
+                                                                                f"set-resources.{rule}.mem_mb")}})
+    rep = st.check_config(paper(), res)
+    row = next(r for r in rep.resources if r["rule"] == "ablation_train")
+    assert row["host GiB"]["vllm_sleep_level1"] == pytest.approx(4 * 2 * 8.19e9 / 2 ** 30, rel=1e-2)
+    small = copy.deepcopy(res)
+    small["evaluate_run"]["gpu"] = 2
+    assert ("gpu", "workflow/profiles/slurm/config.yaml: set-resources.evaluate_run.gpu") in \
+        failing(st.check_config(paper(), small))["evaluate_run"]
+
+
+def test_model_shape_from_config_json(tmp_path):
+    c = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 1024, "tie_word_embeddings": True}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(c))
+    s = st.model_shape({"model": {"path": str(tmp_path / "m"), "hub_id": "Qwen/Qwen3-8B"}}, tmp_path)
+    assert (s.max_positions, s.head_dim, s.tied) == (1024, 16, True)
+    with pytest.raises(st.CheckError, match="model.hub_id"):
+        st.model_shape({"model": {"hub_id": "nobody/unknown", "path": None}}, tmp_path)
+
+
+def test_cli_exit_codes_and_table(capsys):
+    from rtpo.cli import main
+
+    assert main(["check-config", "--config", str(PAPER)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| " + " | ".join(st.COLUMNS) + " |") and "every check passes" in out
+    assert "| train_rtpo | 8 | 8 |" in out
+    assert main(["check-config", "--config", str(PAPER), "--set", "train.micro_batch_tokens=8192"]) == 2
+    r = capsys.readouterr()
+    assert "FAIL: tokens" in r.out
+    assert "start-up check failed: grpo/math: train.micro_batch_tokens: prompt + response" in r.err
+    assert main(["check-config", "--config", str(ROOT / "config" / "config.yaml")]) == 0
+    assert "nothing to check" in capsys.readouterr().out
+
+
+def test_snakemake_dry_run_stops_naming_cell_and_key(tmp_path):
+    wf = workflow_copy(tmp_path / "wf")
+    cfg = yaml.safe_load((wf / "config" / "paper.yaml").read_text())
+    cfg["train"]["micro_batch_tokens"] = 16384  # issue 30's value
+    (wf / "config" / "planted.yaml").write_text(yaml.safe_dump(cfg))
+    r = run_snakemake(wf, "-n", "--configfile", "config/planted.yaml")
+    assert r.returncode != 0
+    err = r.stdout + r.stderr
+    assert ("start-up check failed: grpo/math: train.micro_batch_tokens: prompt + response = 8192 + 13312 = 21504 > "
+            "actor.ppo_max_token_len_per_gpu x ulysses sp = 16384 x 1") in err, err[-2000:]
+    assert "config/planted.yaml" in err
+
+
+@pytest.mark.slow
+def test_verl_fused_kernels_break_on_fsdp2_with_an_untied_lm_head(tmp_path):
+    """Why the `fused` rule exists: verl 0.9.1's fused forward on an FSDP2 model whose untied lm_head is
+    its own unit (2 CPU ranks, gloo) fails in the forward; a tied one works."""
+    pytest.importorskip("verl")
+    script = tmp_path / "fused.py"
+    script.write_text(FUSED_SCRIPT)
+    import subprocess
+
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    for tied, ok in (("0", False), ("1", True)):
+        r = subprocess.run([sys.executable, str(script), tied], capture_output=True, text=True, timeout=600, env=env)
+        assert (r.returncode == 0) == ok, r.stderr[-3000:]
+        if not ok:
+            assert "mixed torch.Tensor and DTensor" in r.stderr
+
+
+FUSED_SCRIPT = r'''
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def run(rank, tied, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from verl.models.transformers.monkey_patch import apply_monkey_patch
+    from verl.utils.fsdp_utils import apply_fsdp2
+    m = Qwen3ForCausalLM(Qwen3Config(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, intermediate_size=128, max_position_embeddings=256,
+                                     tie_word_embeddings=tied, attn_implementation="sdpa"))
+    apply_monkey_patch(model=m, use_remove_padding=True, ulysses_sp_size=1, use_fused_kernels=True,
+                       fused_kernels_backend="torch")
+    mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("fsdp",))
+    apply_fsdp2(m, {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=torch.float32,
+                                                                    reduce_dtype=torch.float32),
+                    "reshard_after_forward": True}, {})
+    ids = torch.randint(0, 512, (1, 40))
+    pos = torch.cat([torch.arange(25), torch.arange(15)]).unsqueeze(0)
+    out = m(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False, temperature=1.0,
+            return_dict=True, shift_labels=torch.roll(ids, -1, -1))
+    (-out.log_probs.mean()).backward()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    tied = sys.argv[1] == "1"
+    mp.spawn(run, args=(tied, 29600 + os.getpid() % 300 + (7 if tied else 0)), nprocs=2)
+'''
