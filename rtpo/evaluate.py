@@ -187,7 +187,7 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
         "per_problem": per_problem(recs, starts),
     }
     if servers is not None:
-        result["servers"] = {"rollout": "hf" if servers.cpu else str((cfg.get("verl") or {}).get("rollout", "vllm")),
+        result["servers"] = {"rollout": servers.rollout,
                              "tensor_parallel_size": servers.tp, "replicas": servers.replicas,
                              "max_model_len": servers.max_context, "cpu_harness": servers.cpu}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

