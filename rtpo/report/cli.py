@@ -9,6 +9,17 @@ figures -> <figures>/<name>.{png,pdf} for every figure of rtpo.report.figures
 ledger  -> <tables>/claims.{csv,md,tex} (+ timing_claims.{csv,md}: the wall-clock claims)
 status  -> <tables>/status.md (the README's status section) and <tables>/timing_status.md
 Files named timing_* hold wall-clock numbers; every other file is the same on a rerun of the DAG.
+
+Checks of a finished run (`tools_main`; rtpo.cli hands `rtpo report compare|reference|summary` here):
+
+    rtpo report compare --reference reference/cpu-default results/tables   # rtpo.report.compare
+    rtpo report reference --tables results/tables --out reference/cpu-default
+    rtpo report summary --start EPOCH --rc STATUS -- <snakemake args>     # rtpo.report.summary
+
+compare   per table identical / within the stated uncertainty / BEYOND / STRUCTURE / MISSING and a
+          verdict; exit 0 (identical, within), 1 (otherwise), 2 (bad input)
+reference copy the compared tables of a run into a reference directory, with a README (commit, date, CPU)
+summary   the one-screen summary scripts/pipeline.sh prints at the end (which ignores its exit status)
 """
 
 from __future__ import annotations
@@ -75,3 +86,60 @@ def report_main(args) -> int:
     written = run_report(args.what, args.results, cfg, args.tables, args.figures, progress=True)
     print(f"rtpo report {args.what}: wrote {len(written)} files under {args.tables} and {args.figures}")
     return 0
+
+
+TOOLS = ("compare", "reference", "summary")
+
+
+def tools_parser():
+    import argparse
+
+    p = argparse.ArgumentParser(prog="rtpo report", description="checks of a finished run's tables")
+    sub = p.add_subparsers(dest="tool", required=True)
+    c = sub.add_parser("compare", help="a run's tables against reference tables, within the run's stated uncertainty")
+    c.add_argument("--reference", required=True, help="a reference directory (e.g. reference/cpu-default)")
+    c.add_argument("tables", nargs="?", default="results/tables", help="the run's tables directory")
+    c.add_argument("--details", type=int, default=3, help="out-of-bound numbers listed per table beyond the first")
+    r = sub.add_parser("reference", help="copy the compared tables of a run into a reference directory")
+    r.add_argument("--tables", default="results/tables")
+    r.add_argument("--out", default="reference/cpu-default")
+    r.add_argument("--config", default="config/config.yaml", help="recorded (sha256) in the README")
+    r.add_argument("--commit", default=None, help="the commit that ran the DAG (default: HEAD of this checkout)")
+    s = sub.add_parser("summary", help="the summary scripts/pipeline.sh prints after Snakemake")
+    s.add_argument("--start", type=float, required=True, help="epoch seconds when Snakemake started")
+    s.add_argument("--rc", type=int, required=True, help="Snakemake's exit status")
+    s.add_argument("--workdir", default=".")
+    s.add_argument("--tables", default="results/tables")
+    s.add_argument("--figures", default="figures")
+    s.add_argument("--reference", default="reference/cpu-default")
+    s.add_argument("--log", default=None, help="the Snakemake log (default: the newest written since --start)")
+    s.add_argument("snakemake_args", nargs="*", help="after --: the arguments Snakemake was given")
+    return p
+
+
+def tools_main(argv: list[str]) -> int:
+    """`rtpo report compare|reference|summary ...` (argv without 'report')."""
+    args = tools_parser().parse_args(argv)
+    try:
+        if args.tool == "compare":
+            from rtpo.report.compare import compare_dirs, exit_code, report_lines
+
+            results = compare_dirs(args.reference, args.tables)
+            print("\n".join(report_lines(results, details=args.details)))
+            return exit_code(results)
+        if args.tool == "reference":
+            from rtpo.report.compare import make_reference
+
+            written = make_reference(args.tables, args.out, config=args.config, commit=args.commit)
+            print(f"rtpo report reference: {len(written) - 1} tables and README.md -> {args.out}")
+            return 0
+        from rtpo.report.summary import summary_lines, wants_summary
+
+        if wants_summary(args.snakemake_args):
+            print("\n".join(summary_lines(args.rc, args.start, args.snakemake_args, workdir=args.workdir,
+                                          tables=args.tables, figures=args.figures, reference=args.reference,
+                                          log_path=args.log)))
+        return 0
+    except (OSError, ValueError) as e:
+        print(f"rtpo report {args.tool}: error: {e}", file=sys.stderr)
+        return 2
