@@ -1004,6 +1004,9 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
     _assert_trained(recs)
     assert (out / "final" / "config.json").exists() and (out / "summary.json").exists()
     assert json.loads((out / "summary.json").read_text())["steps"] == 2
+    from rtpo.inputs import verify_manifest
+
+    assert verify_manifest(out / "final", required=True)  # checksummed, as the local engine's final/
 
 
 @pytest.mark.slow
@@ -1161,6 +1164,9 @@ def test_vanilla_on_verl_writes_the_local_files(verl_run_light, tmp_path):
     assert a == b and a["steps"] == 0
     wa, wb = (LocalEngine.from_pretrained(d / "final", reference=False).model.state_dict() for d in (local, verl))
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    from rtpo.inputs import verify_manifest
+
+    assert verify_manifest(local / "final", required=True) and verify_manifest(verl / "final", required=True)
     cfg["method"]["vanilla"]["steps"] = 1  # a vanilla run that would log rollouts: not on verl
     with pytest.raises(ValueError, match="vanilla trains nothing"):
         train_verl(args, cfg)

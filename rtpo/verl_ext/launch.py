@@ -375,10 +375,19 @@ def export_final(out: Path) -> Path | None:
     hf = ck / f"global_step_{it.read_text().strip()}" / "actor" / "huggingface"
     if not (hf / "config.json").exists():
         return None
-    final = out / "final"
-    if final.exists():
-        shutil.rmtree(final)
-    shutil.copytree(hf, final)
+    return _copy_final(hf, out / "final")
+
+
+def _copy_final(src: Path, final: Path) -> Path:
+    """<out>/final as the local engine writes it: a copy of `src` with a checksum manifest (verified by
+    `rtpo evaluate`, rtpo.inputs.check_model_dir), renamed into place whole (a good final/ is replaced
+    only by a complete one)."""
+    from rtpo.atomic import atomic_dir
+    from rtpo.inputs import MANIFEST, write_manifest
+
+    with atomic_dir(final) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True, ignore=shutil.ignore_patterns(MANIFEST))
+        write_manifest(tmp)
     return final
 
 
@@ -394,10 +403,7 @@ def write_untrained(method: str, task: str, seed: int, out: Path, model_dir: str
     src = Path(model_dir)
     if not (src / "config.json").exists():
         raise FileNotFoundError(f"--model {src} is not a Hugging Face model directory (no config.json)")
-    final = out / "final"
-    if final.exists():
-        shutil.rmtree(final)
-    shutil.copytree(src, final)
+    _copy_final(src, out / "final")
     (out / "metrics.jsonl").unlink(missing_ok=True)
     summary = run_summary([], method=method, task=task, seed=int(seed), engine="verl", steps=0, psi=psi,
                           wall_s_this_run=time.perf_counter() - t0)
