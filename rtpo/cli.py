@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--profile", default=CHECK_PROFILE,
                     help="Snakemake profile directory whose set-resources to check (none: skip)")
 
-    sp = add("report", cmd_report, "tables, figures and the claim ledger (also: rtpo report compare|reference|summary -h)")
+    sp = add("report", cmd_report, "tables, figures and the claim ledger (also: rtpo report compare|reference|summary|claims-map -h)")
     sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all"])
     sp.add_argument("--results", default="results")
     sp.add_argument("--tables", default="results/tables")
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["report"] and argv[1:2] and argv[1] in ("compare", "reference", "summary"):
+    if argv[:1] == ["report"] and argv[1:2] and argv[1] in ("compare", "reference", "summary", "claims-map"):
         from rtpo.report.cli import tools_main  # checks of a finished run: their own arguments
 
         return tools_main(argv[1:])

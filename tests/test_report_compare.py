@@ -510,3 +510,28 @@ def test_pipeline_passes_signals_to_snakemake(fake_repo, sig, group, got, rc):
             os.killpg(proc.pid, signal.SIGKILL)
     assert (repo / ".got_signal").read_text().strip() == got
     assert proc.returncode == rc and "rtpo pipeline summary" in err
+
+
+# ------------------------------------------------------------------ the claims-to-commands map
+def test_claims_map_gives_every_claim_its_command_evidence_and_result(tables, tmp_path, capsys):
+    """docs/claims.md from a ledger: one row per claim of claims.csv, in its order, with the Snakemake
+    targets of the runs behind its evidence, the evidence file, the quantity, ours and the verdict; a
+    ledger naming evidence the map does not know fails, naming the claim."""
+    out = tmp_path / "claims.md"
+    assert rtpo_main(["report", "claims-map", "--tables", str(tables), "--out", str(out)]) == 0
+    ledger = pd.read_csv(tables / "claims.csv")
+    rows = [x for x in out.read_text().splitlines() if x.startswith("| ") and not x.startswith("| id ")]
+    assert len(rows) == len(ledger) and len(rows) > 40
+    by_id = {r.split(" | ")[0][2:]: r for r in rows}
+    assert list(by_id) == list(ledger.claim_id)
+    assert "snakemake ablations tables figures ledger" in by_id["G.6-acc-interval-2"]
+    assert "`results/tables/tableG6_sync.csv`" in by_id["G.6-acc-interval-2"]
+    assert "snakemake train tables figures ledger" in by_id["4.2-ratio-rtpo-math"] and "`figures/fig03_consistency.png`" in by_id["4.2-ratio-rtpo-math"]
+    assert "snakemake theory tables" in by_id["theory-01"]
+    first = ledger.iloc[0]
+    assert first.verdict in by_id[first.claim_id] and f"{first.ours_mean:.4g}" in by_id[first.claim_id]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    ledger.assign(evidence=["table99_new"] + list(ledger.evidence[1:])).to_csv(bad / "claims.csv", index=False)
+    assert rtpo_main(["report", "claims-map", "--tables", str(bad), "--out", str(tmp_path / "x.md")]) == 2
+    assert f"claim {first.claim_id}: evidence ['table99_new']" in capsys.readouterr().err

@@ -10,16 +10,18 @@ ledger  -> <tables>/claims.{csv,md,tex} (+ timing_claims.{csv,md}: the wall-cloc
 status  -> <tables>/status.md (the README's status section) and <tables>/timing_status.md
 Files named timing_* hold wall-clock numbers; every other file is the same on a rerun of the DAG.
 
-Checks of a finished run (`tools_main`; rtpo.cli hands `rtpo report compare|reference|summary` here):
+Checks of a finished run (`tools_main`; rtpo.cli hands `rtpo report compare|reference|summary|claims-map` here):
 
     rtpo report compare --reference reference/cpu-default results/tables   # rtpo.report.compare
     rtpo report reference --tables results/tables --out reference/cpu-default
     rtpo report summary --start EPOCH --rc STATUS -- <snakemake args>     # rtpo.report.summary
+    rtpo report claims-map --tables reference/cpu-default --out docs/claims.md  # rtpo.report.claims_map
 
 compare   per table identical / within the stated uncertainty / BEYOND / STRUCTURE / MISSING and a
           verdict; exit 0 (identical, within), 1 (otherwise), 2 (bad input)
 reference copy the compared tables of a run into a reference directory, with a README (commit, date, CPU)
 summary   the one-screen summary scripts/pipeline.sh prints at the end (which ignores its exit status)
+claims-map docs/claims.md: per claim, the runs and command behind its evidence and what the run showed
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def report_main(args) -> int:
     return 0
 
 
-TOOLS = ("compare", "reference", "summary")
+TOOLS = ("compare", "reference", "summary", "claims-map")
 
 
 def tools_parser():
@@ -105,6 +107,9 @@ def tools_parser():
     r.add_argument("--out", default="reference/cpu-default")
     r.add_argument("--config", default="config/config.yaml", help="recorded (sha256) in the README")
     r.add_argument("--commit", default=None, help="the commit that ran the DAG (default: HEAD of this checkout)")
+    m = sub.add_parser("claims-map", help="docs/claims.md: each claim's runs, command, evidence file and our result")
+    m.add_argument("--tables", default="reference/cpu-default", help="a directory with claims.csv")
+    m.add_argument("--out", default="docs/claims.md")
     s = sub.add_parser("summary", help="the summary scripts/pipeline.sh prints after Snakemake")
     s.add_argument("--start", type=float, required=True, help="epoch seconds when Snakemake started")
     s.add_argument("--rc", type=int, required=True, help="Snakemake's exit status")
@@ -127,6 +132,11 @@ def tools_main(argv: list[str]) -> int:
             results = compare_dirs(args.reference, args.tables)
             print("\n".join(report_lines(results, details=args.details)))
             return exit_code(results)
+        if args.tool == "claims-map":
+            from rtpo.report.claims_map import write_claims_map
+
+            print(f"rtpo report claims-map: {write_claims_map(args.tables, args.out)}")
+            return 0
         if args.tool == "reference":
             from rtpo.report.compare import make_reference
 
