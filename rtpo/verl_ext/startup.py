@@ -18,8 +18,8 @@ Rules of a training cell (`check_cell`), n = trainer.n_gpus_per_node x trainer.n
                the ref's log_prob_max_token_len_per_gpu): utils/seqlen_balancing.py
                rearrange_micro_batches (``assert max_token_len >= max_seq_len``) with
                workers/engine/utils.py prepare_micro_batches (max_token_len = per-GPU budget x
-               ulysses sp size); rtpo's trainer asks more, P + R <= ppo_max_token_len_per_gpu
-               whatever sp (rtpo/verl_ext/trainer.py RTPOEngineTrainer._setup)
+               ulysses sp size); rtpo's trainer checks the same at start-up
+               (rtpo/verl_ext/trainer.py RTPOEngineTrainer._setup)
   positions    P + R <= the model's max_position_embeddings: the rollout's max_model_len defaults to
                it and may not exceed it (workers/rollout/vllm_rollout/vllm_async_server.py
                _validate_configs), and a request with no room left is refused (generate)
@@ -554,12 +554,6 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                         "(verl utils/seqlen_balancing.py rearrange_micro_batches: assert max_token_len >= "
                         "max_seq_len)"))
             break
-    else:
-        if mode == "rtpo_engine_sync" and P + R > tok:
-            bad(Finding(label, budget_key, "tokens",
-                        f"prompt + response = {P + R} > actor.ppo_max_token_len_per_gpu = {tok}: rtpo's trainer "
-                        "requires the per-GPU budget to cover a row whatever the sequence parallel size "
-                        "(rtpo/verl_ext/trainer.py RTPOEngineTrainer._setup)"))
     # positions and the row cap
     if max_model_len and int(max_model_len) > shape.max_positions:
         bad(Finding(label, "verl.overrides (actor_rollout_ref.rollout.max_model_len)", "positions",

@@ -264,10 +264,13 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         max_context = int(rc.prompt_length + rc.response_length)
         if rc.get("max_model_len", None):
             max_context = min(max_context, int(rc.max_model_len))
-        if a.use_dynamic_bsz and int(a.ppo_max_token_len_per_gpu) < max_context:
+        # verl's micro-batch budget per sequence-parallel group is the per-GPU budget x the Ulysses size
+        # (workers/engine/utils.py prepare_micro_batches); a row is never split across micro-batches
+        sp = int(a.get("ulysses_sequence_parallel_size", 1) or 1)
+        if a.use_dynamic_bsz and int(a.ppo_max_token_len_per_gpu) * sp < max_context:
             raise ValueError(f"train.micro_batch_tokens (actor ppo_max_token_len_per_gpu = "
-                             f"{a.ppo_max_token_len_per_gpu}) must be >= prompt_length + response_length = "
-                             f"{max_context}: verl does not split a row")
+                             f"{a.ppo_max_token_len_per_gpu}) x ulysses_sequence_parallel_size = {sp} must be >= "
+                             f"prompt_length + response_length = {max_context}: verl does not split a row")
         self.server_engine = ServerEngine(self.get_llm_client(), self.tokenizer, max_context)
         self.engine = VerlEngine(self, self.server_engine, update_config_from_verl(self.config),
                                  _vocab_size(self.config), max_context, keeps_weights=self.keeps_weights,
