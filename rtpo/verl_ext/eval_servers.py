@@ -185,10 +185,9 @@ class EvalServers:
                 os.environ[k] = env[k]
         import ray
 
+        if self.cpu:  # first: with verl already imported (e.g. a training run in this process), the plugin's
+            import rtpo.verl_ext.cpu  # noqa: F401  imports look the platform up (platform "cpu", rollout "hf")
         import rtpo.verl_ext.plugin  # noqa: F401  (in this driver too: VERL_USE_EXTERNAL_MODULES may come late)
-
-        if self.cpu:
-            import rtpo.verl_ext.cpu  # noqa: F401  (platform "cpu", rollout "hf")
         from verl.workers.rollout.llm_server import LLMServerManager
 
         from transformers import AutoTokenizer

@@ -690,8 +690,6 @@ def case_eval(s: Smoke) -> Row:
     if s.eval_problems <= 0:
         raise Skip("--eval-problems 0")
     model = s.eval_model or s.model
-    if s.cpu:  # the training cases imported verl here already (their parquet files): the CPU platform must be
-        import rtpo.verl_ext.cpu  # noqa: F401  registered before EvalServers selects it (VERL_PLATFORM=cpu)
     rc, lines, done = eval_smoke(s.out, model, s.eval_problems, s.gpus, cpu=s.cpu)
     print("\n".join(lines), flush=True)
     tok, sec = sum(d[0] for d in done.values()), sum(d[1] for d in done.values())
