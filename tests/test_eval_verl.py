@@ -208,21 +208,14 @@ def _first_divergence(a: dict, b: dict) -> tuple[int, int] | None:
     return None
 
 
-@pytest.mark.slow
-def test_evaluate_engine_verl_equals_local_at_temperature_0(tmp_path):
-    """Same eval split, same warm-started tiny model, greedy decoding: verl's standalone rollout
-    servers (CPU harness) and the local engine give the same tokens for every trajectory and the same
-    eval JSON numbers; each trajectory's requests carry their own seed."""
-    from rtpo.data import generate_tasks
-
-    model = _warm_model(tmp_path / "model")
-    ev = tmp_path / "eval.jsonl"
-    ev.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in generate_tasks("math", 6, 0, "eval")))
-    cfg = _cfg(tmp_path)
-    loc, loc_traj = _evaluate(tmp_path, cfg, model, ev, "local")
-    ver, ver_traj = _evaluate(tmp_path, cfg, model, ev, "verl")
+def assert_engines_agree(tmp: Path, cfg: Path, model: Path, ev: Path, rollout: str) -> str:
+    """`--engine verl` (servers of `rollout`) against `--engine local` at temperature 0: the same tokens for
+    every trajectory (a divergence allowed only at an argmax near-tie, logit gap < NEAR_TIE) and, without
+    one, the same eval JSON numbers. Returns a one-line report (tokens, near-ties, throughput)."""
+    loc, loc_traj = _evaluate(tmp, cfg, model, ev, "local")
+    ver, ver_traj = _evaluate(tmp, cfg, model, ev, "verl")
     assert ver["engine"] == "verl" and loc["engine"] == "local"
-    assert ver["servers"] == {"rollout": "hf", "tensor_parallel_size": 1, "replicas": 1, "max_model_len": 1024,
+    assert ver["servers"] == {"rollout": rollout, "tensor_parallel_size": 1, "replicas": 1, "max_model_len": 1024,
                               "cpu_harness": True}
     assert len(loc_traj) == len(ver_traj) == 12
     # the comparison covers multi-turn tool histories
@@ -238,12 +231,32 @@ def test_evaluate_engine_verl_equals_local_at_temperature_0(tmp_path):
         gap = _logit_gap(model, cfg, ev, a, k, j)
         report.append(f"{a['id']} seed {a['seed']}: turn {k} token {j}: top-2 logit gap {gap:.2e}")
         assert gap < NEAR_TIE, "diverged away from an argmax near-tie: " + report[-1]
-    print(f"verl vs local: {len(loc_traj) - diverged}/{len(loc_traj)} trajectories token-identical; "
-          f"near-tie divergences: {report or 'none'}")
     if not diverged:
         for key in ("benchmarks", "overall", "per_problem"):
             assert ver[key] == loc[key], key
-    assert ver["throughput"]["generated_tokens"] == sum(len(u["action_ids"]) for t in ver_traj for u in t["turns"])
+    tokens = sum(len(u["action_ids"]) for t in ver_traj for u in t["turns"])
+    assert ver["throughput"]["generated_tokens"] == tokens
+    th = ver["throughput"]
+    return (f"{rollout} vs local: {len(loc_traj) - diverged}/{len(loc_traj)} trajectories token-identical, "
+            f"{tokens} tokens; near-tie divergences: {report or 'none'}; {rollout} "
+            f"{th['generated_tokens_per_s']:.0f} tok/s after {th['startup_s']:.0f} s start-up")
+
+
+def math_eval_file(tmp: Path) -> Path:
+    from rtpo.data import generate_tasks
+
+    ev = tmp / "eval.jsonl"
+    ev.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in generate_tasks("math", 6, 0, "eval")))
+    return ev
+
+
+@pytest.mark.slow
+def test_evaluate_engine_verl_equals_local_at_temperature_0(tmp_path):
+    """Same eval split, same warm-started tiny model, greedy decoding: verl's standalone rollout
+    servers (CPU harness) and the local engine give the same tokens for every trajectory and the same
+    eval JSON numbers; each trajectory's requests carry their own seed."""
+    model = _warm_model(tmp_path / "model")
+    print(assert_engines_agree(tmp_path, _cfg(tmp_path), model, math_eval_file(tmp_path), "hf"))
 
 
 def _logit_gap(model: Path, cfg_path: Path, ev: Path, traj: dict, k: int, j: int) -> float:

@@ -52,6 +52,18 @@ def _report(name: str, recs: list[dict]) -> None:
         print(f"{name} step {r['step']}: ratio {r['ratio_mean']:.6f} KL {r['kl_rollout_train']:.2e} {stages}{extra}")
 
 
+def _one_keep_step(run_, sync: str, name: str) -> dict:
+    """One RTPO step with `sync` on a K = 3 toy env; launch must pick the keep-weights vLLM rollout."""
+    cfg = _vllm_cfg(run_, 1, "rtpo", sync=sync)
+    cfg["env"]["toy"]["max_turns"] = 3
+    out = run_.tmp / name
+    assert _train(run_, cfg, "rtpo", out) == 0
+    assert "actor_rollout_ref.rollout.name=vllm_keep" in _cmd(out)
+    (r,) = _records(out)
+    _report(f"RTPO {sync} on vllm_keep", [r])
+    return r
+
+
 @pytest.mark.slow
 def test_rtpo_per_stage_on_vllm_with_checkpoint_and_resume(verl_run):
     out = verl_run.tmp / "vllm_rtpo"
@@ -95,13 +107,7 @@ def test_rtpo_interval_sync_on_vllm_keep_samples_stale_weights(verl_run):
     """K = 3, ``sync: interval:2``: syncs before the trunks and before stage 1, none before stages 2
     and 0. Stage 0's siblings come from vLLM's weights of the last push, one update behind the actor
     (the "vllm_keep" servers are woken without a push, after every actor rank freed its cache)."""
-    cfg = _vllm_cfg(verl_run, 1, "rtpo", sync="interval:2")
-    cfg["env"]["toy"]["max_turns"] = 3
-    out = verl_run.tmp / "vllm_rtpo_interval"
-    assert _train(verl_run, cfg, "rtpo", out) == 0
-    assert "actor_rollout_ref.rollout.name=vllm_keep" in _cmd(out)
-    (r,) = _records(out)
-    _report("RTPO interval:2 on vllm_keep", [r])
+    r = _one_keep_step(verl_run, "interval:2", "vllm_rtpo_interval")
     assert r["syncs"] == 2 and [t["k"] for t in r["turns"]] == [2, 1, 0]
     ratio = {t["k"]: t["ratio_mean"] for t in r["turns"]}
     kl = {t["k"]: t["kl_rollout_train"] for t in r["turns"]}
@@ -115,13 +121,7 @@ def test_rtpo_kl_sync_scores_through_vllm_prompt_logprobs(verl_run):
     actions; after an update without a sync, vLLM (the stale inference weights) scores them through its
     prompt logprobs (`ServerEngine.score`). tau = 1e9: never sync, so stages 1 and 0 are scored by vLLM
     and train on stale samples; the record's sync_kl has what each decision saw."""
-    cfg = _vllm_cfg(verl_run, 1, "rtpo", sync="kl:1e9")
-    cfg["env"]["toy"]["max_turns"] = 3
-    out = verl_run.tmp / "vllm_rtpo_kl"
-    assert _train(verl_run, cfg, "rtpo", out) == 0
-    assert "actor_rollout_ref.rollout.name=vllm_keep" in _cmd(out)
-    (r,) = _records(out)
-    _report("RTPO kl:1e9 on vllm_keep", [r])
+    r = _one_keep_step(verl_run, "kl:1e9", "vllm_rtpo_kl")
     # one measurement before each stage (the trunks' call has nothing to probe): before stage 2 the
     # servers hold the actor's weights (KL 0, scored by the actor); before stages 1 and 0, after updates
     # without a sync, vLLM scores the stale weights' logprobs against the updated actor's: KL > 0, finite
