@@ -185,8 +185,13 @@ class EvalServers:
                 os.environ[k] = env[k]
         import ray
 
-        if self.cpu:  # first: with verl already imported (e.g. a training run in this process), the plugin's
-            import rtpo.verl_ext.cpu  # noqa: F401  imports look the platform up (platform "cpu", rollout "hf")
+        # verl first: a fresh ``import verl`` imports the modules VERL_USE_EXTERNAL_MODULES names, in order (the
+        # CPU platform before the plugin, whose imports look the platform up). Importing rtpo.verl_ext.cpu first
+        # would start ``import verl`` from inside it, half-initialised, and the plugin would find no "cpu".
+        import verl  # noqa: F401
+
+        if self.cpu:  # verl already imported before this (e.g. a training run in this process): register now
+            import rtpo.verl_ext.cpu  # noqa: F401  (platform "cpu", rollout "hf")
         import rtpo.verl_ext.plugin  # noqa: F401  (in this driver too: VERL_USE_EXTERNAL_MODULES may come late)
         from verl.workers.rollout.llm_server import LLMServerManager
 
