@@ -721,6 +721,9 @@ def test_bad_inputs_name_file_and_line(tmp_path):
     p.write_text('{"step": 0, "reward_mean": "high"}\n')
     with pytest.raises(ValueError, match=r":1: .*high"):
         read_metrics_jsonl(p)
+    p.write_text('{"step": 0, "sync_kl": [0.1, "x"]}\n')
+    with pytest.raises(ValueError, match=r":1: field 'sync_kl' is not a list of numbers"):
+        read_metrics_jsonl(p)
     e = tmp_path / "seed0.json"
     e.write_text(json.dumps({"task": "math", "method": "rtpo", "seed": 0, "k": 2, "benchmarks": {}, "overall": {}}))
     with pytest.raises(ValueError, match=r"seed0\.json: field 'benchmarks'"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from rtpo.envs.base import Task
 from rtpo.envs.toy_env import LastTurnEnv
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.rtpo import RTPO
+from rtpo.report.load import flatten_step
 from rtpo.rollout import Roller, Start
 from tests.helpers import tiny
 
@@ -140,6 +142,15 @@ def test_sync_modes_and_off_policy():
     ratios = [t["ratio_mean"] for t in rec["turns"]]
     assert abs(ratios[0] - 1.0) < 1e-5          # k=2: synced right before the trunks... no update yet
     assert any(abs(r - 1.0) > 1e-6 for r in ratios[1:])  # a lagging stage measures the staleness honestly
+
+    # kl:tau records what each decision measured, and the report reads that record (one value per stage
+    # after the trunks: the trunk stage has no probe; its largest as sync_kl_max)
+    e, roller, m = make("full", sync="kl:1e9")
+    rec = m.step(TASKS, 0)
+    assert rec["syncs"] == 0 and len(rec["sync_kl"]) == 3, rec["sync_kl"]
+    assert rec["sync_kl"][0] == pytest.approx(0.0, abs=1e-9) and max(rec["sync_kl"][1:]) > 0  # stale after updates
+    flat = flatten_step(json.loads(json.dumps(rec)))
+    assert flat["sync_kl_max"] == max(rec["sync_kl"]) and "sync_kl" not in flat
 
     e, roller, m = make("full", continuation="off_policy", is_clamp=2.0)
     rec = m.step(TASKS, 0)

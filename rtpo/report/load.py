@@ -162,11 +162,19 @@ def _num(x: Any) -> float:
 
 def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
     """One JSONL record -> flat scalars. Nested dicts become `parent_child`; `turns` is kept as
-    its count (`turns_n`) because per-turn lists do not fit one row."""
+    its count (`turns_n`) because per-turn lists do not fit one row; any other list of numbers
+    (one value per stage, e.g. RTPO kl:tau's `sync_kl`) as its largest value (`sync_kl_max`, nan
+    when empty)."""
     flat: dict[str, Any] = {}
     for key, val in rec.items():
         if key == "turns":
             flat["turns_n"] = float(len(val or []))
+        elif isinstance(val, list):
+            try:
+                vals = [_num(v) for v in val]
+            except TypeError:
+                raise TypeError(f"field {key!r} is not a list of numbers: {val!r}") from None
+            flat[f"{key}_max"] = max(vals) if vals else math.nan
         elif isinstance(val, dict):
             for sub, v in val.items():
                 if isinstance(v, str) and key not in STEP_NUMERIC_DICTS:
