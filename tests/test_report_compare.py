@@ -118,10 +118,25 @@ def test_reference_keeps_exactly_the_compared_files(tables, ref_run):
     assert not (ref / "table99_stale.csv").exists() and "abc123" in (ref / "README.md").read_text()
 
 
-def test_repository_reference_readme_names_the_command():
-    readme = (ROOT / "reference" / "cpu-default" / "README.md").read_text()
+def test_repository_reference_is_one_consistent_run(tmp_path, capsys, monkeypatch):
+    """The committed reference: its README names the command, the commit and the CPU flags; it is
+    comparable (against itself: identical, every file a table compare knows); and docs/claims.md is
+    what `rtpo report claims-map` makes from its ledger today (so the map cannot drift from it)."""
+    ref = ROOT / "reference" / "cpu-default"
+    readme = (ref / "README.md").read_text()
     assert "rtpo report reference --tables results/tables --out reference/cpu-default" in readme
     assert "rtpo report compare --reference reference/cpu-default results/tables" in readme
+    commit = next(x for x in readme.splitlines() if x.startswith("| commit |")).split("|")[2].strip()
+    assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit), commit
+    assert any(x.startswith("| avx512f | ") for x in readme.splitlines())
+    csvs = sorted(p.name for p in ref.glob("*.csv"))
+    assert "claims.csv" in csvs and "table01_main.csv" in csvs and len(csvs) >= 15
+    code, out = _compare(ref, ref, capsys)
+    assert code == 0 and f"verdict: identical ({len(csvs)} tables)" in out
+    made = tmp_path / "claims.md"
+    monkeypatch.chdir(ROOT)  # the map names the ledger by the path it was given
+    assert rtpo_main(["report", "claims-map", "--tables", "reference/cpu-default", "--out", str(made)]) == 0
+    assert made.read_text() == (ROOT / "docs" / "claims.md").read_text()
 
 
 # ------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def test_gpu_smoke_cpu_rehearsal_passes_and_prints_the_table(tmp_path):
     env.update(PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
     cmd = [sys.executable, "-m", "rtpo.verl_ext.gpu_smoke", "--cpu", "--size", "tiny", "--cases", ",".join(CASES),
            "--out", str(tmp_path / "smoke")]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500,
                          cwd=Path(__file__).resolve().parents[2])
     out = res.stdout
     print(out[-4000:])
