@@ -58,22 +58,33 @@ def cmd_train(args) -> int:
     if cfg.get("engine", "local") == "verl" or args.engine == "verl":
         from rtpo.verl_ext.launch import train_verl
 
-        return train_verl(args, cfg)
-    from rtpo.train import train
+        from rtpo.train import job_complete, job_guard
 
-    summary = train(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file)
-    print(json.dumps(summary))
+        if len(args.seed) != 1 or "{seed}" in args.out:
+            raise ValueError("the verl engine trains one seed per job: --seed S --out DIR")
+        args.seed = args.seed[0]
+        if args.stamp is not None:
+            job_guard([Path(args.out)], args.stamp)
+        rc = train_verl(args, cfg)
+        if rc == 0 and args.stamp is not None:
+            job_complete([Path(args.out)], args.stamp)
+        return rc
+    from rtpo.train import train_seeds
+
+    summaries = train_seeds(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file,
+                            stamp=args.stamp, log=args.log)
+    for summary in summaries.values():
+        print(json.dumps(summary))
     return 0
 
 
 def cmd_evaluate(args) -> int:
-    from rtpo.evaluate import evaluate
-    from rtpo.inputs import check_model_dir
+    from rtpo.evaluate import evaluate_seeds
 
-    check_model_dir(args.model)
-    res = evaluate(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out,
-                   engine=args.engine, trajectories=args.trajectories)
-    print(json.dumps(res["overall"]))
+    results = evaluate_seeds(args.model, args.method, args.task, _cfg(args), args.seed, args.eval_file, args.out,
+                             engine=args.engine, trajectories=args.trajectories, log=args.log)
+    for res in results.values():
+        print(json.dumps(res["overall"]))
     return 0
 
 
@@ -141,25 +152,34 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", required=True)
 
-    sp = add("train", cmd_train, "train one (method, task, seed)")
+    sp = add("train", cmd_train, "train one (method, task) cell for one or several seeds")
     sp.add_argument("--method", required=True)
     sp.add_argument("--task", required=True)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, nargs="+", default=[0],
+                    help="one or several seeds, trained one after the other in this process")
     sp.add_argument("--model", default="results/models/base")
     sp.add_argument("--train-file", default=None, help="default: results/data/<task>/train.jsonl")
     sp.add_argument("--engine", default=None, choices=[None, "local", "verl"])
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True,
+                    help="run directory; with several seeds a pattern with {seed}, e.g. results/runs/math/rtpo/seed{seed}")
+    sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
+    sp.add_argument("--stamp", default=None,
+                    help="the DAG's job guard: resume only run directories this job (this stamp) left running "
+                         "(rtpo.train.job_guard)")
 
     sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
-    sp.add_argument("--model", required=True)
+    sp.add_argument("--model", required=True, help="with several seeds a pattern with {seed}")
     sp.add_argument("--method", required=True, help="selects the context map psi used at evaluation")
     sp.add_argument("--task", required=True)
-    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--seed", type=int, nargs="+", default=[0],
+                    help="one or several seeds (their models evaluated one after the other in this process)")
     sp.add_argument("--eval-file", default=None, help="default: results/data/<task>/eval.jsonl")
     sp.add_argument("--engine", default=None, choices=["local", "verl"],
                     help="default: the config's engine (verl: rollout servers, vLLM on GPUs)")
-    sp.add_argument("--trajectories", default=None, help="also write every trajectory's sampled tokens (JSONL)")
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--trajectories", default=None,
+                    help="also write every trajectory's sampled tokens (JSONL; with several seeds a pattern with {seed})")
+    sp.add_argument("--out", required=True, help="eval JSON; with several seeds a pattern with {seed}")
+    sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
 
     sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs")
     sp.add_argument("--out", required=True)

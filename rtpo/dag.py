@@ -112,6 +112,12 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
             need("method", "rtpo", f"'ablations.{study}'")
     for m in abl.get("credit_assignment", {}).get("methods", []):
         need("method", m, "'ablations.credit_assignment.methods'")
+    per_job = int(cfg.get("seeds_per_job", 1))
+    if per_job > 1 and cfg["engine"] == "verl":
+        errors.append(f"'seeds_per_job' is {per_job}, but the verl engine trains one seed per job (set it to 1)")
+    if per_job > 1 and "airline" in cfg["tasks"] and not set(abl["seeds"]) <= set(cfg["seeds"]):
+        errors.append(f"'ablations.seeds' {abl['seeds']} must be among 'seeds' {cfg['seeds']} when seeds_per_job > 1 "
+                      "(the airline study's runs are main-grid runs, trained in the main grid's seed groups)")
     search = SearchData.of(cfg)
     if search.index and not search.corpus:
         errors.append("'data.search.retriever.index' needs 'data.search.corpus' (the corpus it is built from)")
@@ -119,35 +125,56 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The training shell (main and ablation runs)
+# Jobs of several seeds, and the training shell
 # ---------------------------------------------------------------------------------------------
-# The checkpoint guard -- a run directory's .rtpo-job file holds "<stamp> running|complete".
-# `rtpo train` resumes from checkpoint/ only when the previous attempt was this very job (same
-# stamp) and did not finish (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete). A rerun
-# because settings changed, an input was rebuilt, --forcerun or a deleted output starts from scratch.
-# On SIGTERM (Slurm's time limit or preemption; SIGINT: Ctrl-C) `rtpo train` finishes its step, saves
-# a checkpoint and exits 143 (rtpo/train.py). It runs in the background and is waited for, with the
-# signal passed on, because Slurm signals every process of the job and ends the job step when this
-# shell exits: a shell killed by the signal (bash runs no trap while a foreground command runs)
-# would take `rtpo train` with it before it saved. The text must stay byte for byte what it is (the
-# backslash-newline below joins the two lines in the string): Snakemake reruns a job whose shell
-# command changed (its "code" rerun trigger).
-TRAIN_SHELL = """
-out=$(dirname {output.summary})
-mkdir -p "$out"
-if [ "$(cat "$out/.rtpo-job" 2>/dev/null || true)" != "{params.stamp} running" ]; then
-    rm -rf "$out/checkpoint" "$out/metrics.jsonl"
-fi
-echo "{params.stamp} running" > "$out/.rtpo-job"
-rtpo train --config {params.config} --method {params.method} --task {params.task} --seed {params.seed} \
-    --model {input.model} --train-file {input.train} {params.sets} --out "$out" > {log} 2>&1 &
-pid=$!
-trap 'kill -TERM "$pid" 2>/dev/null || true' TERM INT
-rc=0; wait "$pid" || rc=$?
-while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
-[ "$rc" -eq 0 ] || exit "$rc"
-echo "{params.stamp} complete" > "$out/.rtpo-job"
-"""
+def seed_groups(seeds: Iterable[int], per_job: int) -> list[tuple[int, ...]]:
+    """`seeds` in jobs of at most `per_job`, in order."""
+    seeds = [int(s) for s in seeds]
+    return [tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)]
+
+
+def group_label(seeds: tuple[int, ...]) -> str:
+    """A file-name label of a seed group: seed3, seeds0-9 (consecutive), seeds0_2_7."""
+    if len(seeds) == 1:
+        return f"seed{seeds[0]}"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds{seeds[0]}-{seeds[-1]}"
+    return "seeds" + "_".join(str(s) for s in seeds)
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    """One rule of a per-seed family (training or evaluation of a cell): `seeds` None = one job per
+    seed through the rule's {seed} wildcard (seeds_per_job 1; the verl path); otherwise these seeds
+    in one job, one process (`rtpo train --seed ...`), with a rule of their own."""
+
+    rule: str
+    seeds: tuple[int, ...] | None
+
+    def paths(self, pattern: str) -> list[str]:
+        """`pattern` (with "{seed}") for each seed of the job; the pattern itself for the wildcard job."""
+        if self.seeds is None:
+            return [pattern]
+        return [pattern.replace("{seed}", str(s)) for s in self.seeds]
+
+    @property
+    def label(self) -> str:
+        return "seed{seed}" if self.seeds is None else group_label(self.seeds)
+
+    def seed_arg(self, wildcards: Any = None) -> str:
+        """The `--seed` argument: the job's seeds, or the {seed} wildcard's value."""
+        return str(wildcards.seed) if self.seeds is None else " ".join(str(s) for s in self.seeds)
+
+
+# The training job: `rtpo train` over the job's seeds. `--stamp` is the checkpoint guard
+# (rtpo.train.job_guard): a run directory resumes only from a checkpoint this very job left behind
+# (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete, a failed seed); a rerun because settings
+# changed, an input was rebuilt, --forcerun or a deleted output starts from scratch. `exec`: the job's
+# process is `rtpo train` itself, which on SIGTERM / SIGINT finishes its step, saves a checkpoint and
+# exits 143 (Slurm signals every process of the job; no shell in between to die first).
+TRAIN_SHELL = ("exec rtpo train --config {params.config} --method {params.method} --task {params.task} "
+               "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.sets} "
+               "--out {params.out} --stamp {params.stamp} {params.logs} > {log.job} 2>&1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,46 +182,47 @@ echo "{params.stamp} complete" > "$out/.rtpo-job"
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class AblationCell:
-    """One ablation training run and its evaluation.
+    """One ablation arm (study, variant) of one method, over its seeds, and its evaluation.
 
-    Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
-    results/ablations/<study>/<variant>/<task>/<method>/eval_seed<seed>.json. `sets` are the
-    `--set key=value` overrides that make the variant.
+    Files, per seed S: results/ablations/<study>/<variant>/<task>/<method>/seedS/ (as a main run) and
+    results/ablations/<study>/<variant>/<task>/<method>/eval_seedS.json. `sets` are the
+    `--set key=value` overrides that make the variant. An arm whose effective settings are the main
+    grid's (`Dag.reused_main_run`) is the main runs' copy, over every main seed; the others train on
+    the ablation seeds (`ablations.seeds`).
     """
 
     study: str
     variant: str
     task: str
     method: str
-    seed: int
+    seeds: tuple[int, ...]
     sets: tuple
 
     @property
-    def key(self) -> str:  # the {run} wildcard: results/ablations/{run}/summary.json
-        return f"{self.study}/{self.variant}/{self.task}/{self.method}/seed{self.seed}"
+    def key(self) -> str:  # the {cell} wildcard: results/ablations/{cell}/seed<S>/
+        return f"{self.study}/{self.variant}/{self.task}/{self.method}"
 
-    @property
-    def eval_key(self) -> str:  # the {evalrun} wildcard: results/ablations/{evalrun}.json
-        return f"{self.study}/{self.variant}/{self.task}/{self.method}/eval_seed{self.seed}"
+    def run_key(self, seed: int) -> str:  # the {run} wildcard of the copy rules: results/ablations/{run}/
+        return f"{self.key}/seed{seed}"
 
-    @property
-    def run_dir(self) -> str:
-        return f"results/ablations/{self.key}"
+    def eval_key(self, seed: int) -> str:  # the {evalrun} wildcard: results/ablations/{evalrun}.json
+        return f"{self.key}/eval_seed{seed}"
 
-    @property
-    def eval_file(self) -> str:
-        return f"results/ablations/{self.eval_key}.json"
+    def run_dir(self, seed: int) -> str:
+        return f"results/ablations/{self.run_key(seed)}"
+
+    def eval_file(self, seed: int) -> str:
+        return f"results/ablations/{self.eval_key(seed)}.json"
 
 
-def ablation_cells(ablations: Mapping[str, Any]) -> list[AblationCell]:
-    """Every ablation cell of config `ablations`, in study order."""
+def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = None) -> list[AblationCell]:
+    """Every ablation arm of config `ablations`, in study order, over `seeds` (default: ablations.seeds)."""
     cells = []
-    seeds = [int(s) for s in ablations["seeds"]]
+    seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
 
     def add(study, variant, task, methods, sets_of):
         for m in methods:
-            for s in seeds:
-                cells.append(AblationCell(study, variant, task, m, s, tuple(sets_of(m))))
+            cells.append(AblationCell(study, variant, task, m, seeds, tuple(sets_of(m))))
 
     if "group_size" in ablations:
         a = ablations["group_size"]
@@ -268,6 +296,7 @@ class Dag:
         self.tasks = list(cfg["tasks"])
         self.methods = list(cfg["methods"])
         self.seeds = [int(s) for s in cfg["seeds"]]
+        self.seeds_per_job = int(cfg.get("seeds_per_job", 1))
         self.threads = int(cfg["model"]["threads"])  # threads of a training / evaluation job
         self.base_threads = int(cfg["sft"].get("threads", self.threads))  # the base-model job (runs alone)
         self.ablations = cfg["ablations"]
@@ -275,11 +304,17 @@ class Dag:
         # Every method with a config section gets a training rule train_<method> (`--forcerun train_rtpo`).
         self.trainable = sorted(cfg["method"])
         self.search = SearchData.of(cfg)
-        self.cells = ablation_cells(self.ablations)
-        self.cell_by_key = {c.key: c for c in self.cells}
-        self.cell_by_eval_key = {c.eval_key: c for c in self.cells}
         main = set(self.all_main_cells())
-        self.reused = {c.key: self.reused_main_run(c, main) for c in self.cells}
+        # cell key -> (task, method) of the main runs an arm copies (all their seeds), or None (trained)
+        self.reused: dict[str, tuple[str, str] | None] = {}
+        self.cells: list[AblationCell] = []
+        for c in ablation_cells(self.ablations):
+            src = self.reused_main_run(c, main)
+            if src is not None:
+                c = AblationCell(c.study, c.variant, c.task, c.method, tuple(self.seeds), c.sets)
+            self.reused[c.key] = src
+            self.cells.append(c)
+        self.cell_by_key = {c.key: c for c in self.cells}
 
     # ------------------------------------------------------------------ the grid
     def main_cells(self, tasks=None, methods=None, seeds=None) -> list[tuple[str, str, int]]:
@@ -312,22 +347,23 @@ class Dag:
         return sorted(tasks)
 
     # ------------------------------------------------------------------ ablation cells
-    def reused_main_run(self, cell: AblationCell, main: set | None = None) -> tuple[str, str, int] | None:
-        """(task, method, seed) of the main run this ablation cell is identical to, or None.
+    def reused_main_run(self, cell: AblationCell, main: set | None = None) -> tuple[str, str] | None:
+        """(task, method) of the main runs this ablation arm is identical to, or None.
 
-        A cell reuses a main run when `ablations.reuse_main_runs` is true (the default), the main grid
-        has that (task, method, seed), and the cell's overrides change none of its effective settings,
-        e.g. G3 when method.rtpo.group_size is 3. The cell's files are then copies of the main run's
-        (rules ablation_reuse_run / ablation_reuse_eval, with a reused_from.txt) instead of a retrain.
+        An arm reuses the main runs when `ablations.reuse_main_runs` is true (the default), the main grid
+        has that (task, method), and the arm's overrides change none of its effective settings, e.g. G3
+        when method.rtpo.group_size is 3. The arm is then the main grid's configuration, over every main
+        seed: its files are copies of the main runs' (rules ablation_reuse_run / ablation_reuse_eval,
+        with a reused_from.txt) instead of a retrain.
         """
         if not self.ablations.get("reuse_main_runs", True):
             return None
-        run = (cell.task, cell.method, cell.seed)
-        if run not in (set(self.all_main_cells()) if main is None else main):
+        main = set(self.all_main_cells()) if main is None else main
+        if not any((cell.task, cell.method, s) in main for s in self.seeds):
             return None
         if self.run_settings(cell.method, cell.task, cell.sets) != self.run_settings(cell.method, cell.task):
             return None
-        return run
+        return cell.task, cell.method
 
     def trained_cells(self) -> list[AblationCell]:
         return [c for c in self.cells if self.reused[c.key] is None]
@@ -335,9 +371,29 @@ class Dag:
     def reused_cells(self) -> list[AblationCell]:
         return [c for c in self.cells if self.reused[c.key] is not None]
 
-    def cell(self, run: str | None = None, evalrun: str | None = None) -> AblationCell:
-        """The cell of a {run} or an {evalrun} wildcard value."""
-        return self.cell_by_key[run] if run is not None else self.cell_by_eval_key[evalrun]
+    def reused_runs(self) -> dict[str, tuple[str, str, int]]:
+        """{run key of a copied arm's seed: the main run (task, method, seed) it copies}."""
+        return {c.run_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+
+    def reused_evals(self) -> dict[str, tuple[str, str, int]]:
+        """{eval key of a copied arm's seed: the main run (task, method, seed) whose eval JSON it copies}."""
+        return {c.eval_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+
+    def cell(self, key: str) -> AblationCell:
+        """The arm of a {cell} wildcard value, or of a {run} / {evalrun} value (cell key + /seedS, /eval_seedS)."""
+        return self.cell_by_key[key] if key in self.cell_by_key else self.cell_by_key[key.rsplit("/", 1)[0]]
+
+    # ------------------------------------------------------------------ jobs of several seeds
+    def seed_jobs(self, rule: str, seeds: Iterable[int]) -> list[SeedJob]:
+        """The jobs of a per-seed rule family over `seeds` (`seeds_per_job` at a time): one wildcard
+        rule `rule` when seeds_per_job is 1; else one rule per seed group, named `rule` when one group
+        holds every seed, `rule`_seeds0to4 ... otherwise (its files: seeds0-4)."""
+        if self.seeds_per_job == 1:
+            return [SeedJob(rule, None)]
+        groups = seed_groups(seeds, self.seeds_per_job)
+        if len(groups) == 1:
+            return [SeedJob(rule, groups[0])]
+        return [SeedJob(f"{rule}_{group_label(g).replace('-', 'to')}", g) for g in groups]  # a rule name is a word
 
     # ------------------------------------------------------------------ settings (fingerprints)
     def run_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
@@ -431,10 +487,10 @@ class Dag:
         return [eval_file(t, m, s) for t, m, s in cells]
 
     def ablation_targets(self, with_final: bool = False) -> list[str]:
-        files = [f"{c.run_dir}/summary.json" for c in self.cells]
+        files = [f"{c.run_dir(s)}/summary.json" for c in self.cells for s in c.seeds]
         if with_final:
-            files += [f"{c.run_dir}/final" for c in self.trained_cells()]
-        files += [c.eval_file for c in self.cells]
+            files += [f"{c.run_dir(s)}/final" for c in self.trained_cells() for s in c.seeds]
+        files += [c.eval_file(s) for c in self.cells for s in c.seeds]
         airline = self.airline_study_cells()
         files += self.train_targets(airline, with_final) + self.eval_targets(airline)
         files.append("results/theory")
@@ -454,6 +510,6 @@ class Dag:
                           + self.ablation_targets(with_final=True)))
 
 
-__all__ = ["Dag", "AblationCell", "SearchData", "ablation_cells", "cross_reference_errors", "effective_config",
+__all__ = ["Dag", "AblationCell", "SeedJob", "SearchData", "ablation_cells", "seed_groups", "group_label", "cross_reference_errors", "effective_config",
            "fingerprint", "stamp", "variant_name", "keys_regex", "set_args", "run_dir", "eval_file", "data_file",
            "TRAIN_SHELL", "STUDIES", "RTPO_STUDIES", "ConfigError"]

@@ -31,7 +31,7 @@ from rtpo.engine.base import SamplingParams
 from rtpo.metrics import aggregate_pass_at_k, trajectory_stats
 from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start, Trajectory
-from rtpo.train import build_engine, env_factory, load_tasks
+from rtpo.train import SeedsFailed, build_engine, env_factory, load_tasks
 
 CHUNK = 256  # trajectories rolled out together by the local engine (each turn one batched sample call; one progress tick each)
 
@@ -196,3 +196,48 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
         Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
     atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True))  # issue 20: renamed into place
     return result
+
+
+def _per_seed(pattern: str | Path | None, seeds: list[int], flag: str) -> list[str | None]:
+    if pattern is None:
+        return [None] * len(seeds)
+    pattern = str(pattern)
+    if "{seed}" not in pattern:
+        if len(seeds) > 1:
+            raise ValueError(f"{flag} {pattern}: several seeds need a '{{seed}}' placeholder")
+        return [pattern]
+    return [pattern.replace("{seed}", str(s)) for s in seeds]
+
+
+def evaluate_seeds(model: str | Path, method: str, task: str, cfg: dict[str, Any], seeds: list[int],
+                   eval_file: str | Path, out: str | Path, engine: str | None = None,
+                   trajectories: str | Path | None = None, log: str | None = None) -> dict[int, dict[str, Any]]:
+    """`evaluate` for each seed in this process, one after the other (`rtpo evaluate --seed 0 1 2
+    --model .../seed{seed}/final --out .../seed{seed}.json`): each seed's result is what evaluating it
+    alone gives. A seed whose model cannot be read is reported and skipped; then SeedsFailed names it.
+    log: a path pattern with {seed}: each seed's output is also written to its own log."""
+    import sys
+
+    from rtpo.inputs import check_model_dir
+    from rtpo.progress import copy_output
+
+    if len(seeds) != len(set(seeds)):
+        raise ValueError(f"--seed: a seed is given twice ({seeds})")
+    models, outs = _per_seed(model, seeds, "--model"), _per_seed(out, seeds, "--out")
+    dumps = _per_seed(trajectories, seeds, "--trajectories")
+    results: dict[int, dict[str, Any]] = {}
+    failed: dict[int, str] = {}
+    for seed, m, o, d, lg in zip(seeds, models, outs, dumps, _per_seed(log, seeds, "--log")):
+        with copy_output(lg):
+            try:
+                check_model_dir(m)
+                results[seed] = evaluate(m, method, task, cfg, seed, eval_file, o, engine=engine, trajectories=d)
+            except (OSError, ValueError) as e:
+                if len(seeds) == 1:
+                    raise
+                failed[seed] = str(e)
+                print(f"[eval {method}/{task}] seed {seed} failed: {e}", file=sys.stderr, flush=True)
+    if failed:
+        raise SeedsFailed(f"{len(failed)} of {len(seeds)} seeds failed "
+                          f"({'; '.join(f'seed {s}: {msg}' for s, msg in failed.items())})")
+    return results

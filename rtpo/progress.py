@@ -111,3 +111,52 @@ def progress(iterable: Iterable | None = None, **kw: Any):
         kw.pop("every", None)
         return tqdm(iterable, **kw)
     return LogProgress(iterable, **kw)
+
+
+class _Tee:
+    """A text stream that writes to `stream` and to the file `copy` (isatty and the rest: `stream`'s)."""
+
+    def __init__(self, stream: TextIO, copy: TextIO) -> None:
+        self._stream, self._copy = stream, copy
+
+    def write(self, s: str) -> int:
+        self._copy.write(s)
+        return self._stream.write(s)
+
+    def flush(self) -> None:
+        self._copy.flush()
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class copy_output:
+    """`with copy_output(path):` what this process writes to stdout and stderr while the block runs is
+    also written to `path` (created with its directory; replaced): one seed's own log in a job that
+    trains or evaluates several seeds. `path` None copies nothing."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self.path = path
+        self._file: TextIO | None = None
+        self._saved: tuple[TextIO, TextIO] | None = None
+
+    def __enter__(self) -> "copy_output":
+        if self.path is not None:
+            from pathlib import Path
+
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "w", encoding="utf-8")
+            self._saved = (sys.stdout, sys.stderr)
+            sys.stdout, sys.stderr = _Tee(sys.stdout, self._file), _Tee(sys.stderr, self._file)  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._saved is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            sys.stdout, sys.stderr = self._saved
+            self._saved = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -17,22 +17,27 @@ class Stopped(Exception):
 
 
 class StopOnSigterm:
-    """Within the block, SIGTERM sets `requested` instead of killing the process."""
+    """Within the block, SIGTERM sets `requested` instead of killing the process. So does a first
+    SIGINT (Ctrl-C): the step in progress finishes and is saved; a second one interrupts."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._old = None
+        self._old: dict[int, object] = {}
 
     def __enter__(self) -> "StopOnSigterm":
-        try:
-            self._old = signal.signal(signal.SIGTERM, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self._old = None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
         return self
 
     def _handle(self, signum, frame) -> None:
+        if signum == signal.SIGINT and self.requested:
+            raise KeyboardInterrupt
         self.requested = True
 
     def __exit__(self, *exc) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGTERM, self._old)
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}

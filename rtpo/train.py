@@ -26,6 +26,21 @@ progress is finished, a checkpoint is saved, and `rtpo train` exits with 143 (12
 Slurm and Snakemake see the job fail and the rerun resumes. If the grace time is shorter than a
 step, the previous checkpoint is used.
 
+Several seeds of one cell (`rtpo train --seed 0 1 2 --out results/runs/math/rtpo/seed{seed}`,
+`train_seeds`): the seeds train one after the other in this process, each exactly as it trains
+alone (its own engine, RNG streams, envs, run directory, checkpoints and outputs; tests/test_train.py
+checks the bits), so a DAG job pays the imports and start-up once for all of them. A seed whose
+inputs are bad (a damaged checkpoint, exit 2 naming its file) is reported and the others go on; the
+command then exits 2 naming every failed seed. SIGTERM stops after the current seed's checkpoint.
+
+The job guard (`--stamp`, what the DAG's training rules pass; `job_guard`): each run directory's
+`.rtpo-job` holds "<stamp> running|complete". At the start of a job, a run directory whose file does
+not say "<stamp> running" (another job's settings, or a job that finished: a rerun because settings
+changed, an input was rebuilt, --forcerun or a deleted output) is cleared of its checkpoint and
+records, so it trains from scratch; one that says so is resumed (the same job, killed or failed:
+Slurm's time limit, preemption, a seed that failed). Only when every seed of the job has finished
+do their files say "complete".
+
 Fault injection (tests/test_faults.py): RTPO_FAULT_TRACE=<file> appends one line per point of the
 run (`<unix time> <point> <step>`: step-begin, ckpt-begin, ckpt-engine, ckpt-files, ckpt-renamed,
 ckpt-end, final-begin, final-exported, final-end, summary-end); RTPO_FAULT_DELAY=<seconds> sleeps
@@ -224,57 +239,141 @@ def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int
 
 
 def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Path, model_dir: str | Path,
-          train_file: str | Path, progress: bool = True) -> dict[str, Any]:
+          train_file: str | Path, progress: bool = True, stop: StopOnSigterm | None = None) -> dict[str, Any]:
+    """Train one (method, task, seed) into `out`. stop: the caller's SIGTERM flag (several seeds in one
+    process share one); by default this call installs its own."""
+    if stop is None:
+        with StopOnSigterm() as own:
+            return train(method, task, cfg, seed, out, model_dir, train_file, progress, own)
     from rtpo.methods.registry import get_method
 
     out = Path(out)
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
-    with StopOnSigterm() as stop:
-        seed_everything(seed)
-        tasks = load_tasks(train_file, kind=task)
-        engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
-        params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
-        roller = Roller(engine, env_factory(env_cfg), psi, params)
-        algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
+    seed_everything(seed)
+    tasks = load_tasks(train_file, kind=task)
+    engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
+    params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
+    roller = Roller(engine, env_factory(env_cfg), psi, params)
+    algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
 
-        log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
-        ckpt = out / "checkpoint"
-        start = load_checkpoint(ckpt, engine, algo, log)   # every input is read before anything is changed
-        remove_leftovers(log.path)
-        if start == 0 and log.path.exists():
-            log.path.unlink()  # no checkpoint: start over
+    log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
+    ckpt = out / "checkpoint"
+    start = load_checkpoint(ckpt, engine, algo, log)   # every input is read before anything is changed
+    remove_leftovers(log.path)
+    if start == 0 and log.path.exists():
+        log.path.unlink()  # no checkpoint: start over
 
-        steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
-        every = int(tr.get("checkpoint_every", 1))
-        t0 = time.perf_counter()
-        bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
-                   initial=start, total=steps)
-        for step in bar:
-            if stop.requested:  # before the first step (the last one was saved, or nothing was done)
-                raise Stopped(f"stopped by SIGTERM before step {step}; the same command resumes from {ckpt}")
-            fault_point("step-begin", step)
-            batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
-            rec = algo.step(batch, step)
-            rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
-                       weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
-            log.write(rec)
-            bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
-            if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
-                saved = save_checkpoint(ckpt, step, engine, algo, log)
-                if stop.requested and step + 1 < steps:
-                    raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
-                                  "the same command resumes from it")
-        bar.close()
-        # the summary first: a run that cannot summarise its records fails before it replaces final/
-        summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
-                              wall_s_this_run=time.perf_counter() - t0)
-        fault_point("final-begin")
-        with atomic_dir(out / "final") as tmp:
-            engine.export(tmp)
-            write_manifest(tmp)                # checked by `rtpo evaluate` (rtpo.inputs.check_model_dir)
-            fault_point("final-exported", slow=True)
-        fault_point("final-end")
-        atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
-        fault_point("summary-end")
+    steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
+    every = int(tr.get("checkpoint_every", 1))
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
+               initial=start, total=steps)
+    for step in bar:
+        if stop.requested:  # before the first step (the last one was saved, or nothing was done)
+            raise Stopped(f"stopped by SIGTERM before step {step}; the same command resumes from {ckpt}")
+        fault_point("step-begin", step)
+        batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
+        rec = algo.step(batch, step)
+        rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
+                   weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
+        log.write(rec)
+        bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
+        if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
+            saved = save_checkpoint(ckpt, step, engine, algo, log)
+            if stop.requested and step + 1 < steps:
+                raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
+                              "the same command resumes from it")
+    bar.close()
+    # the summary first: a run that cannot summarise its records fails before it replaces final/
+    summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
+                          wall_s_this_run=time.perf_counter() - t0)
+    fault_point("final-begin")
+    with atomic_dir(out / "final") as tmp:
+        engine.export(tmp)
+        write_manifest(tmp)                # checked by `rtpo evaluate` (rtpo.inputs.check_model_dir)
+        fault_point("final-exported", slow=True)
+    fault_point("final-end")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    fault_point("summary-end")
     return summary
+
+
+# ------------------------------------------------------------------------------ several seeds of one cell
+JOB_FILE = ".rtpo-job"
+
+
+class SeedsFailed(ValueError):
+    """Some seeds of a multi-seed command failed on their own inputs; the others finished (exit 2)."""
+
+
+def seed_dirs(out: str | Path, seeds: list[int]) -> list[Path]:
+    """The run directory of each seed: `out` with "{seed}" filled in (required for several seeds)."""
+    out = str(out)
+    if len(seeds) != len(set(seeds)):
+        raise ValueError(f"--seed: a seed is given twice ({seeds})")
+    if "{seed}" not in out:
+        if len(seeds) > 1:
+            raise ValueError(f"--out {out}: several seeds need a '{{seed}}' placeholder in --out "
+                             "(e.g. results/runs/math/rtpo/seed{seed})")
+        return [Path(out)]
+    return [Path(out.replace("{seed}", str(s))) for s in seeds]
+
+
+def job_guard(dirs: list[Path], stamp: str) -> None:
+    """At the start of a DAG job: clear the run directories this job did not leave running (see the
+    module docstring), then mark every one "<stamp> running"."""
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+        f = d / JOB_FILE
+        state = f.read_text().strip() if f.exists() else ""
+        if state != f"{stamp} running":
+            shutil.rmtree(d / "checkpoint", ignore_errors=True)
+            (d / "metrics.jsonl").unlink(missing_ok=True)
+        atomic_write_text(f, f"{stamp} running\n")
+
+
+def job_complete(dirs: list[Path], stamp: str) -> None:
+    for d in dirs:
+        atomic_write_text(d / JOB_FILE, f"{stamp} complete\n")
+
+
+def train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], out: str | Path,
+                model_dir: str | Path, train_file: str | Path, stamp: str | None = None,
+                progress: bool = True, log: str | None = None) -> dict[int, dict[str, Any]]:
+    """Train `seeds` of one (method, task) cell one after the other in this process (run directories:
+    `seed_dirs(out, seeds)`); returns {seed: summary}. A seed that fails on its own inputs (exit-2
+    errors: a damaged checkpoint, a file that cannot be read) is reported on stderr and skipped, the
+    others train; then SeedsFailed names every failed seed and its error. SIGTERM (`Stopped`) ends the
+    command at once (the seed in progress saved its checkpoint; the rest resume on the rerun).
+    log: a path pattern with {seed}: each seed's output is also written to its own log."""
+    import sys
+
+    from rtpo.progress import copy_output
+
+    dirs = seed_dirs(out, seeds)
+    if stamp is not None:
+        job_guard(dirs, stamp)
+    summaries: dict[int, dict[str, Any]] = {}
+    failed: dict[int, str] = {}
+    with StopOnSigterm() as stop:
+        for i, (seed, d) in enumerate(zip(seeds, dirs)):
+            if stop.requested:
+                raise Stopped(f"stopped by SIGTERM before seed {seed}; the same command resumes")
+            if len(seeds) > 1:
+                print(f"[{method}/{task}] seed {seed} ({i + 1} of {len(seeds)}) -> {d}", file=sys.stderr, flush=True)
+            with copy_output(None if log is None else log.replace("{seed}", str(seed))):
+                try:
+                    summaries[seed] = train(method, task, cfg, seed, d, model_dir, train_file, progress, stop)
+                except (OSError, ValueError) as e:  # this seed's inputs: named in the message, exit 2
+                    if len(seeds) == 1:
+                        raise
+                    failed[seed] = str(e)
+                    print(f"[{method}/{task}] seed {seed} failed: {e}", file=sys.stderr, flush=True)
+    if failed:
+        done = ", ".join(str(s) for s in summaries) or "none"
+        raise SeedsFailed(f"{len(failed)} of {len(seeds)} seeds failed ({'; '.join(f'seed {s}: {m}' for s, m in failed.items())}); "
+                          f"seeds that finished: {done}")
+    if stamp is not None:
+        job_complete(dirs, stamp)
+    return summaries

@@ -43,30 +43,63 @@ def test_ablation_cells_of_the_cpu_default(cpu):
     cells = dag.ablation_cells(cpu["ablations"])
     a = cpu["ablations"]
     want = (len(a["group_size"]["values"]) + len(a["sync"]["values"]) + len(a["continuation"]["values"])
-            + len(a["credit_assignment"]["methods"])) * len(a["seeds"])
-    assert len(cells) == want == len({c.key for c in cells}) == len({c.eval_key for c in cells})
+            + len(a["credit_assignment"]["methods"]))
+    assert len(cells) == want == len({c.key for c in cells})
+    assert all(c.seeds == tuple(a["seeds"]) for c in cells)
     by_key = {c.key: c for c in cells}
-    c = by_key["sync/interval-2/search/rtpo/seed0"]
-    assert c.sets == ("method.rtpo.sync=interval:2",) and c.run_dir == "results/ablations/" + c.key
-    assert c.eval_file == "results/ablations/sync/interval-2/search/rtpo/eval_seed0.json"
-    ca = by_key["credit_assignment/psi-full/math/seeupo/seed0"]
+    c = by_key["sync/interval-2/search/rtpo"]
+    assert c.sets == ("method.rtpo.sync=interval:2",) and c.run_dir(1) == "results/ablations/sync/interval-2/search/rtpo/seed1"
+    assert c.eval_file(0) == "results/ablations/sync/interval-2/search/rtpo/eval_seed0.json"
+    ca = by_key["credit_assignment/psi-full/math/seeupo"]
     assert ca.sets == ("method.seeupo.psi=full",)
     assert dag.variant_name("kl:0.01") == "kl-0.01"
 
 
-def test_cells_that_equal_a_main_run_reuse_it(cpu):
+def test_arms_that_equal_the_main_grid_reuse_every_main_seed(cpu):
     d = dag.Dag(cpu)
     G = cpu["method"]["rtpo"]["group_size"]   # the main runs' G is one of the study's values
     assert G != 2 and cpu["method"]["rtpo"]["sync"] == "per_stage"
-    assert d.reused[f"group_size/G{G}/airline/rtpo/seed0"] == ("airline", "rtpo", 0)
-    assert d.reused["sync/per_stage/search/rtpo/seed0"] == ("search", "rtpo", 0)
-    assert d.reused["group_size/G2/airline/rtpo/seed0"] is None
-    assert d.reused["credit_assignment/psi-full/math/grpo/seed0"] is None  # grpo's psi is the env's (qwen3)
+    assert d.reused[f"group_size/G{G}/airline/rtpo"] == ("airline", "rtpo")
+    assert d.reused["sync/per_stage/search/rtpo"] == ("search", "rtpo")
+    assert d.reused["group_size/G2/airline/rtpo"] is None
+    assert d.reused["credit_assignment/psi-full/math/grpo"] is None  # grpo's psi is the env's (qwen3)
     trained, reused = {c.key for c in d.trained_cells()}, {c.key for c in d.reused_cells()}
     assert trained | reused == set(d.cell_by_key) and not trained & reused
+    # a copied arm is the main grid's configuration over every main seed; a trained one has the ablation seeds
+    assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["seeds"])
+    assert d.cell_by_key["group_size/G2/airline/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
+    assert d.reused_runs()["sync/per_stage/search/rtpo/seed2"] == ("search", "rtpo", 2)
+    assert d.cell("sync/per_stage/search/rtpo/eval_seed1").key == "sync/per_stage/search/rtpo"
     cfg = copy.deepcopy(cpu)
     cfg["ablations"]["reuse_main_runs"] = False
     assert dag.Dag(cfg).reused_cells() == []
+
+
+def test_seed_groups_name_their_jobs(cpu):
+    assert dag.seed_groups([0, 1, 2, 3, 4], 2) == [(0, 1), (2, 3), (4,)]
+    assert [dag.group_label(g) for g in [(3,), (0, 1, 2), (0, 2, 7)]] == ["seed3", "seeds0-2", "seeds0_2_7"]
+    cfg = copy.deepcopy(cpu)
+    cfg["seeds"], cfg["seeds_per_job"] = list(range(10)), 1
+    assert dag.Dag(cfg).seed_jobs("train_rtpo", cfg["seeds"]) == [dag.SeedJob("train_rtpo", None)]
+    cfg["seeds_per_job"] = 10
+    (job,) = dag.Dag(cfg).seed_jobs("train_rtpo", cfg["seeds"])
+    assert job.rule == "train_rtpo" and job.seeds == tuple(range(10)) and job.label == "seeds0-9"
+    assert job.paths("runs/{task}/seed{seed}")[3] == "runs/{task}/seed3" and job.seed_arg() == "0 1 2 3 4 5 6 7 8 9"
+    cfg["seeds_per_job"] = 4
+    jobs = dag.Dag(cfg).seed_jobs("train_rtpo", cfg["seeds"])
+    assert [j.rule for j in jobs] == ["train_rtpo_seeds0to3", "train_rtpo_seeds4to7", "train_rtpo_seeds8to9"]
+    wild = dag.SeedJob("train_rtpo", None)
+    assert wild.paths("runs/seed{seed}") == ["runs/seed{seed}"]
+    assert wild.seed_arg(types.SimpleNamespace(seed="7")) == "7"
+
+
+def test_seeds_per_job_cross_references(cpu):
+    cfg = copy.deepcopy(cpu)
+    cfg["seeds_per_job"], cfg["engine"] = 3, "verl"
+    assert any("seeds_per_job" in e for e in dag.cross_reference_errors(cfg))
+    cfg["engine"] = "local"
+    cfg["ablations"]["seeds"] = [7]
+    assert any("'ablations.seeds' [7] must be among 'seeds'" in e for e in dag.cross_reference_errors(cfg))
 
 
 def test_grid_and_targets(cpu):
@@ -188,14 +221,15 @@ def test_effective_config_is_named_by_its_content(cpu):
 
 
 def test_train_shell_names_the_params_the_rules_give():
-    fields = {"output.summary", "params.stamp", "params.config", "params.method", "params.task", "params.seed",
-              "input.model", "input.train", "params.sets", "log"}
+    fields = {"params.stamp", "params.config", "params.method", "params.task", "params.seeds", "params.out",
+              "input.model", "input.train", "params.sets", "params.logs", "log.job"}
     import string
 
     used = {f for _, f, _, _ in string.Formatter().parse(dag.TRAIN_SHELL) if f}
     assert used == fields
-    shell = dag.TRAIN_SHELL.format(output=types.SimpleNamespace(summary="o/summary.json"),
-                                   params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seed=0,
-                                                                sets=dag.set_args(["a.b=1 2"])),
-                                   input=types.SimpleNamespace(model="M", train="T"), log="L")
-    assert "--seed 0     --model M --train-file T --set 'a.b=1 2' --out \"$out\" > L 2>&1 &" in shell
+    shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seeds="0 1",
+                                                                sets=dag.set_args(["a.b=1 2"]), out="'o/seed{seed}'",
+                                                                logs="--log 'l/seed{seed}.log'"),
+                                   input=types.SimpleNamespace(model="M", train="T"), log=types.SimpleNamespace(job="L"))
+    assert shell.startswith("exec rtpo train ")   # the job's process is rtpo itself: it gets Slurm's SIGTERM
+    assert "--seed 0 1 --model M --train-file T --set 'a.b=1 2' --out 'o/seed{seed}' --stamp s --log 'l/seed{seed}.log' > L 2>&1" in shell

@@ -173,7 +173,7 @@ def strip_times(rec: dict) -> dict:
 def snapshot(run: Path) -> dict:
     """What a run leaves: every file's path, the bytes of final/ (weights, config, tokenizer) and
     checkpoint/, metrics and summary without their wall-clock fields."""
-    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    files = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != ".rtpo-job")
     blobs = {f: (run / f).read_bytes() for f in files if f.startswith("final/")}
     ckpt = [f for f in files if f.startswith("checkpoint/")]
     metrics = [strip_times(json.loads(x)) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -282,6 +282,99 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(setup, server, reference, tmp_
 # ------------------------------------------------------------------------------------------------
 # corrupt inputs: exit 2, a message naming the file and what is wrong, nothing else changed
 # ------------------------------------------------------------------------------------------------
+
+# ------------------------------------------------------------------------------------------------
+# several seeds of one cell in one process (rtpo train --seed 0 1 --out .../seed{seed})
+# ------------------------------------------------------------------------------------------------
+
+def seeds_argv(d: Path, pattern: str, seeds=(0, 1), stamp: str | None = None) -> list[str]:
+    argv = train_argv(d, Path(pattern))
+    i = argv.index("--seed")
+    argv[i + 1:i + 2] = [str(s) for s in seeds]
+    return argv + (["--stamp", stamp] if stamp else [])
+
+
+@pytest.fixture(scope="module")
+def seed1_alone(setup, tmp_path_factory):
+    """Seed 1 trained alone, a plain subprocess (seed 0 alone is `reference`)."""
+    out = tmp_path_factory.mktemp("seed1") / "run"
+    argv = train_argv(setup, out)
+    argv[argv.index("--seed") + 1] = "1"
+    r = subprocess.run([sys.executable, "-m", "rtpo.cli", *argv], cwd=ROOT, capture_output=True, text=True,
+                       env={**os.environ, **ENV}, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_seeds(setup, server, tmp_path_factory):
+    """Seeds 0 and 1 of the cell in one process, as a DAG job runs them (--stamp, per-seed logs)."""
+    root = tmp_path_factory.mktemp("two_seeds")
+    argv = seeds_argv(setup, str(root / "seed{seed}"), stamp="s1") + ["--log", str(root / "logs" / "seed{seed}.log")]
+    r = server.run(argv, root / "trace", root / "job.log", delay=0.0)
+    assert r["rc"] == 0, (root / "job.log").read_text()[-3000:]
+    return root
+
+
+def test_seeds_in_one_process_equal_each_seed_alone(two_seeds, reference, seed1_alone):
+    """Each seed of a multi-seed job is bit for bit the run that seed gives alone: final/ byte for byte,
+    metrics and summary but for wall-clock fields (its own engine, RNG streams, envs and files)."""
+    assert_same_result(two_seeds / "seed0", snapshot(reference[0]), "seed 0 of a two-seed job")
+    assert_same_result(two_seeds / "seed1", snapshot(seed1_alone), "seed 1 of a two-seed job")
+    for s in (0, 1):   # each seed's own log names it; the job's log holds both
+        log = (two_seeds / "logs" / f"seed{s}.log").read_text()
+        assert f"seed{s}" in log and f"seed{1 - s}:" not in log and f"train rtpo/airline/seed{1 - s}" not in log
+        assert (two_seeds / f"seed{s}" / ".rtpo-job").read_text().split() == ["s1", "complete"]
+    assert "seed 1 (2 of 2)" in (two_seeds / "job.log").read_text()
+
+
+@pytest.mark.slow
+def test_sigkill_in_a_multi_seed_job_then_rerun_resumes_every_seed(setup, server, two_seeds, tmp_path):
+    """A two-seed job SIGKILLed in seed 1's first step, rerun with the same stamp (Snakemake's rerun of
+    the failed job): seed 0 resumes from its last checkpoint (no step is trained again) and seed 1
+    from scratch; both end as the uninterrupted job's. A rerun with another stamp (settings changed)
+    trains every seed from scratch."""
+    ref = {s: snapshot(two_seeds / f"seed{s}") for s in (0, 1)}
+    root = tmp_path / "job"
+    trace = tmp_path / "trace"
+    kill = {"signal": "KILL", "after": "summary-end", "delay": 0.3}   # seed 0 done: seed 1 has begun
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s1"), trace, tmp_path / "killed.log",
+                   kill=kill, delay=0.0)
+    assert r["rc"] == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
+    assert (root / "seed0" / ".rtpo-job").read_text().split() == ["s1", "running"]  # the job did not finish
+    rerun = tmp_path / "trace-rerun"
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s1"), rerun, tmp_path / "rerun.log", delay=0.0)
+    assert r["rc"] == 0, (tmp_path / "rerun.log").read_text()[-3000:]
+    for s in (0, 1):
+        assert_same_result(root / f"seed{s}", ref[s], f"seed {s} after a killed two-seed job")
+    begun = [e for _, e in read_trace(rerun) if e.startswith("step-begin")]
+    assert len(begun) <= STEPS, begun   # seed 0 was not trained again
+    fresh = tmp_path / "trace-fresh"
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s2"), fresh, tmp_path / "fresh.log", delay=0.0)
+    assert r["rc"] == 0
+    assert [e for _, e in read_trace(fresh) if e.startswith("step-begin")] == [f"step-begin {i}" for i in range(STEPS)] * 2
+
+
+def test_corrupt_checkpoint_of_one_seed_fails_that_seed_only(setup, one_step_run, tmp_path, capsys):
+    """Seed 0's checkpoint damaged, seed 1 untouched: the job trains seed 1 to the end, then exits 2
+    naming seed 0's file; seed 0's checkpoint and records stay as they were."""
+    root = tmp_path / "job"
+    out0 = Path(shutil.copytree(one_step_run, root / "seed0"))
+    (out0 / "summary.json").unlink()
+    ck = out0 / "checkpoint" / "step-00000000"
+    flip_tensor_byte(ck / "engine.pt")
+    before = tree(out0)
+    argv = seeds_argv(setup, str(root / "seed{seed}"))
+    argv[argv.index("--method") + 1] = "grpo"
+    rc, err = run_cli(argv, capsys)
+    assert rc == 2, err
+    assert "1 of 2 seeds failed (seed 0: " in err and str(ck) in err and "seeds that finished: 1" in err, err
+    assert tree(out0) == before
+    assert json.loads((root / "seed1" / "summary.json").read_text())["seed"] == 1
+    assert (root / "seed1" / "final" / "config.json").exists()
+    got = [json.loads(x) for x in (root / "seed1" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in got] == list(range(STEPS)) and {r["seed"] for r in got} == {1}
+
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str]:
     from rtpo.cli import main

@@ -58,13 +58,22 @@ def dry_run_jobs(output: str) -> list[dict[str, str]]:
     return jobs
 
 
-def ablation_cell_count(cfg: dict) -> int:
-    """Ablation (variant, method, seed) cells, counted from the config independently of the workflow."""
+def ablation_arm_count(cfg: dict) -> int:
+    """Ablation (variant, method) arms, counted from the config independently of the workflow."""
     a = cfg["ablations"]
-    seeds = len(a["seeds"])
     n = sum(len(a[s]["values"]) for s in ("group_size", "sync", "continuation") if s in a)
-    n += len(a["credit_assignment"]["methods"]) if "credit_assignment" in a else 0
-    return n * seeds
+    return n + (len(a["credit_assignment"]["methods"]) if "credit_assignment" in a else 0)
+
+
+def seed_jobs(cfg: dict, seeds: list) -> int:
+    """Jobs that train (or evaluate) `seeds` of one cell: ceil(len(seeds) / seeds_per_job)."""
+    per = int(cfg.get("seeds_per_job", 1))
+    return -(-len(seeds) // per)
+
+
+def count_by_family(counts: dict[str, int], family: str) -> int:
+    """Jobs of a rule family: `family` itself plus its seed-group rules (family_seeds0-4, ...)."""
+    return sum(n for rule, n in counts.items() if rule == family or rule.startswith(f"{family}_seed"))
 
 
 @pytest.fixture(scope="module")
@@ -84,13 +93,15 @@ def test_dry_run_of_every_config(wf, name):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
     cfg = load(name)
-    grid = len(cfg["tasks"]) * len(cfg["seeds"])
+    grid = len(cfg["tasks"]) * seed_jobs(cfg, cfg["seeds"])
     for m in cfg["methods"]:
-        assert counts.get(f"train_{m}") == grid, (m, counts)
-    assert counts["evaluate_run"] == grid * len(cfg["methods"])
-    cells = ablation_cell_count(cfg)
-    assert counts.get("ablation_train", 0) + counts.get("ablation_reuse_run", 0) == cells
-    assert counts.get("ablation_evaluate", 0) + counts.get("ablation_reuse_eval", 0) == cells
+        assert count_by_family(counts, f"train_{m}") == grid, (m, counts)
+    assert count_by_family(counts, "evaluate_run") == grid * len(cfg["methods"])
+    # copied arms: one job per main seed; trained arms: their seed groups over the ablation seeds
+    copied, trained = counts.get("ablation_reuse_run", 0), count_by_family(counts, "ablation_train")
+    assert copied == counts.get("ablation_reuse_eval", 0) and trained == count_by_family(counts, "ablation_evaluate")
+    assert copied % len(cfg["seeds"]) == 0 and trained % seed_jobs(cfg, cfg["ablations"]["seeds"]) == 0
+    assert copied // len(cfg["seeds"]) + trained // seed_jobs(cfg, cfg["ablations"]["seeds"]) == ablation_arm_count(cfg)
     assert counts["prepare_data"] == 3 and counts["base_model"] == 1 and counts["theory"] == 1
     assert counts.get("tokenizer", 0) == (1 if cfg["model"]["source"] == "tiny" else 0)
     for rule in REPORT_RULES | {"all"}:
@@ -107,34 +118,58 @@ def test_dry_run_of_every_config(wf, name):
     assert len(written) == 1, "no effective config written"
     eff = load_config(written[-1])
     assert {k: v for k, v in eff.items() if k != "ablations"} == {k: v for k, v in cfg.items() if k != "ablations"}
+    assert "seeds_per_job" in cfg  # every shipped config says how its seeds are grouped into jobs
 
 
 def test_cpu_default_reuses_identical_ablation_variants(wf):
     """The main run's G, sync per_stage and on-policy continuation equal the main RTPO runs of
-    config.yaml: copied, not retrained; everything else trains."""
+    config.yaml: copied, for every main seed, not retrained; everything else trains on the ablation
+    seeds, in seed-group jobs."""
     r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
-    seeds = load("config")["ablations"]["seeds"]
-    G = load("config")["method"]["rtpo"]["group_size"]
-    assert G in load("config")["ablations"]["group_size"]["values"] and 2 != G
-    ablation_seeds = {int(m) for f in rules if f.startswith("results/ablations/") for m in re.findall(r"seed(\d+)", f)}
-    assert ablation_seeds == set(seeds), ablation_seeds
-    for s in seeds:
+    cfg = load("config")
+    seeds, main_seeds = cfg["ablations"]["seeds"], cfg["seeds"]
+    G = cfg["method"]["rtpo"]["group_size"]
+    assert G in cfg["ablations"]["group_size"]["values"] and 2 != G
+    for s in main_seeds:
         for key in (f"group_size/G{G}/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
                     f"continuation/on_policy/search/rtpo/seed{s}"):
             assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
-        for key in (f"group_size/G2/airline/rtpo/seed{s}", f"sync/kl-0.01/search/rtpo/seed{s}",
-                    f"continuation/off_policy/search/rtpo/seed{s}", f"credit_assignment/psi-full/math/grpo/seed{s}"):
-            assert rules[f"results/ablations/{key}/summary.json"] == "ablation_train", key
-    # with reuse switched off every cell trains
-    cfg = load("config")
+    trained = {f"group_size/G2/airline/rtpo", "sync/kl-0.01/search/rtpo", "continuation/off_policy/search/rtpo",
+               "credit_assignment/psi-full/math/grpo"}
+    for key in trained:
+        got = {int(m) for f in rules if f.startswith(f"results/ablations/{key}/") for m in re.findall(r"seed(\d+)", f)}
+        assert got == set(seeds), (key, got)
+        for s in seeds:
+            assert rules[f"results/ablations/{key}/seed{s}/summary.json"].startswith("ablation_train"), key
+    # with reuse switched off every arm trains, on the ablation seeds
     cfg["ablations"]["reuse_main_runs"] = False
     (wf / "config" / "noreuse.yaml").write_text(yaml.safe_dump(cfg))
     r = run_snakemake(wf, "-n", "--configfile", "config/noreuse.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
-    assert counts["ablation_train"] == ablation_cell_count(cfg) and "ablation_reuse_run" not in counts
+    assert count_by_family(counts, "ablation_train") == ablation_arm_count(cfg) * seed_jobs(cfg, seeds)
+    assert "ablation_reuse_run" not in counts
+
+
+def test_seed_group_jobs_train_and_evaluate_several_seeds(wf):
+    """seeds_per_job > 1: one job per (task, method) and seed group, outputs and logs per seed, the
+    rule named after the group when a cell's seeds take several jobs."""
+    cfg = load("config")
+    cfg["seeds"], cfg["seeds_per_job"] = [0, 1, 2, 3, 4], 3
+    (wf / "config" / "groups.yaml").write_text(yaml.safe_dump(cfg))
+    r = run_snakemake(wf, "-n", "-p", "--configfile", "config/groups.yaml")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    counts = job_counts(r.stdout)
+    assert counts["train_rtpo_seeds0to2"] == counts["train_rtpo_seeds3to4"] == len(cfg["tasks"])
+    assert counts["evaluate_run_seeds0to2"] == len(cfg["tasks"]) * len(cfg["methods"])
+    job = next(j for j in dry_run_jobs(r.stdout) if j["rule"] == "train_rtpo_seeds3to4" and "math" in j["wildcards"])
+    assert job["output"].split(", ")[:2] == ["results/runs/math/rtpo/seed3/summary.json",
+                                             "results/runs/math/rtpo/seed4/summary.json"]
+    shell = re.search(r"exec rtpo train .*--method rtpo --task math --seed 3 4 .*", r.stdout).group(0)
+    assert "--out 'results/runs/math/rtpo/seed{seed}'" in shell and "--stamp " in shell
+    assert "--log 'results/logs/train/math/rtpo/seed{seed}.log' > results/logs/train/math/rtpo/seeds3-4.job.log" in shell
 
 
 def test_paper_dag_lists_every_cell(wf):
@@ -162,7 +197,7 @@ def test_paper_dag_lists_every_cell(wf):
         expected.append(("continuation", v, a["continuation"]["task"], "rtpo"))
     for m in a["credit_assignment"]["methods"]:
         expected.append(("credit_assignment", f"psi-{a['credit_assignment']['psi']}", a["credit_assignment"]["task"], m))
-    assert len(expected) * 3 == ablation_cell_count(cfg) == 36
+    assert len(expected) == ablation_arm_count(cfg) == 12
     for study, variant, task, method in expected:
         for s in a["seeds"]:
             base = f"results/ablations/{study}/{variant}/{task}/{method}"
@@ -268,7 +303,7 @@ def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
             assert "gpu" not in res and res["slurm_partition"] == "cpu", block
         else:
             assert int(res["gpu"]) >= need and res["slurm_partition"] == "gpu", block
-            assert re.search(r"^Shell command: rtpo evaluate .* --engine verl ", block, re.M), block
+            assert re.search(r"^Shell command: exec rtpo evaluate .* --engine verl ", block, re.M), block
     cfg = load("paper")
     assert seen["train_vanilla"] == len(cfg["tasks"]) * len(cfg["seeds"])
     assert seen["evaluate_run"] == len(cfg["tasks"]) * len(cfg["seeds"]) * len(cfg["methods"])
@@ -299,7 +334,8 @@ def test_smoke_dag_end_to_end(smoke_results, tmp_path):
                 assert ev["method"] == m and ev["benchmarks"] and "pass@1" in ev["overall"]
                 assert (work / "results" / "benchmarks" / "train" / t / m / f"seed{s}.tsv").exists()
     abl = sorted((work / "results" / "ablations").glob("*/*/*/*/eval_seed*.json"))
-    assert len(abl) == ablation_cell_count(cfg)
+    assert cfg["seeds"] == cfg["ablations"]["seeds"]  # copied and trained arms: one eval file per seed each
+    assert len(abl) == ablation_arm_count(cfg) * len(cfg["seeds"])
     reused = sorted((work / "results" / "ablations").glob("*/*/*/*/seed*/reused_from.txt"))
     assert reused, "smoke.yaml has variants identical to main runs (G2, per_stage, on_policy)"
     for marker in reused:
@@ -336,13 +372,12 @@ def test_changing_one_methods_lr_reruns_only_its_jobs(smoke_results, tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     jobs = dry_run_jobs(r.stdout)
     trains = [j for j in jobs if j["rule"].startswith("train_") or j["rule"] == "ablation_train"]
-    grid = {(t, s) for t in cfg["tasks"] for s in cfg["seeds"]}
     assert {j["rule"] for j in trains} == {"train_grpo", "ablation_train"}
-    assert {tuple(re.findall(r"task=(\w+), seed=(\d+)", j["wildcards"])[0]) for j in trains
-            if j["rule"] == "train_grpo"} == {(t, str(s)) for t, s in grid}
+    assert sorted(re.findall(r"task=(\w+)", j["wildcards"])[0] for j in trains
+                  if j["rule"] == "train_grpo") == sorted(cfg["tasks"] * seed_jobs(cfg, cfg["seeds"]))
     # the credit-assignment ablation runs grpo too (under psi=full): its cells rerun, rtpo_ca's do not
     assert all("/grpo/" in j["output"] for j in trains if j["rule"] == "ablation_train")
-    assert len([j for j in trains if j["rule"] == "ablation_train"]) == len(cfg["ablations"]["seeds"])
+    assert len([j for j in trains if j["rule"] == "ablation_train"]) == seed_jobs(cfg, cfg["ablations"]["seeds"])
     for j in trains:
         assert j["reason"].startswith("Params have changed since last execution"), j
     evals = [j for j in jobs if j["rule"] in ("evaluate_run", "ablation_evaluate")]
@@ -368,7 +403,7 @@ def test_deleting_one_seed_reruns_only_that_cell(smoke_results, tmp_path, victim
     for j in jobs:
         by_rule.setdefault(j["rule"], []).append(j)
     assert set(by_rule) == {"train_grpo", "evaluate_run"} | REPORT_RULES | {"all"}
-    assert [j["wildcards"] for j in by_rule["train_grpo"]] == ["task=math, seed=0"]
+    assert [j["wildcards"] for j in by_rule["train_grpo"]] == ["task=math"]  # the seed group of seed 0
     assert "Missing output files" in by_rule["train_grpo"][0]["reason"]
     assert [j["output"] for j in by_rule["evaluate_run"]] == ["results/eval/math/grpo/seed0.json"]
 
@@ -379,7 +414,7 @@ def test_forcerun_one_method_reruns_its_cells(smoke_results):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
     cfg = load("smoke", smoke_results)
-    assert counts["train_rtpo"] == len(cfg["tasks"]) * len(cfg["seeds"])
+    assert counts["train_rtpo"] == len(cfg["tasks"]) * seed_jobs(cfg, cfg["seeds"])
     assert not [k for k in counts if k.startswith("train_") and k != "train_rtpo"] and "ablation_train" not in counts
     # the ablation variants identical to the main rtpo runs are copies of them: refreshed too
     assert counts["ablation_reuse_run"] == counts["ablation_reuse_eval"] > 0

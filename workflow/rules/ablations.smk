@@ -7,70 +7,85 @@ Studies (rtpo.dag.ablation_cells):
   credit_assignment  the listed methods (RTPO-CA and baselines) under psi=full paper §4.3, Table 2
   airline            every method on airline (main-grid runs)                  paper G.1, Tables 7-9
 Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
-.../<method>/eval_seed<seed>.json. A cell identical to a main run copies it (ablation_reuse_*);
-the others train and evaluate with `--set` overrides. The {run} / {evalrun} wildcards are the
-cell keys below results/ablations/, constrained to the exact lists computed by rtpo.dag (common.smk).
+.../<method>/eval_seed<seed>.json. An arm identical to the main grid's configuration copies the main
+runs of every main seed (ablation_reuse_*); the others train and evaluate on `ablations.seeds` with
+`--set` overrides, `seeds_per_job` seeds per job (as the main runs: rtpo.dag.SeedJob). The {cell}
+wildcard is a trained arm's key below results/ablations/; {run} / {evalrun} are a copied arm's key
+plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed by rtpo.dag (common.smk).
 """
 
 
-rule ablation_train:
-    input:
-        train=lambda wildcards: data_file(cell_of(wildcards).task, "train"),
-        model="results/models/base",
-    output:
-        summary="results/ablations/{run}/summary.json",
-        final=directory("results/ablations/{run}/final"),
-    wildcard_constraints:
-        run=TRAINED_RUNS,
-    params:
-        method=lambda wildcards: cell_of(wildcards).method,
-        task=lambda wildcards: cell_of(wildcards).task,
-        seed=lambda wildcards: cell_of(wildcards).seed,
-        sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-        settings=lambda wildcards: fingerprint(run_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                            cell_of(wildcards).sets)),
-        stamp=lambda wildcards: stamp(fingerprint(train_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                                 cell_of(wildcards).sets))),
-        config=config_path,
-    log:
-        "results/logs/ablations/{run}/train.log",
-    benchmark:
-        "results/benchmarks/ablations/{run}/train.tsv"
-    threads: THREADS
-    conda:
-        CONDA_ENV
-    shell:
-        TRAIN_SHELL
+for _job in PIPELINE.seed_jobs("ablation_train", PIPELINE.ablation_seeds):
+    _run = "results/ablations/{cell}/seed{seed}"
+
+    rule:
+        name:
+            _job.rule
+        input:
+            train=lambda wildcards: data_file(cell_of(wildcards).task, "train"),
+            model="results/models/base",
+        output:
+            summary=_job.paths(f"{_run}/summary.json"),
+            final=[directory(p) for p in _job.paths(f"{_run}/final")],
+        wildcard_constraints:
+            cell=TRAINED_CELLS,
+        params:
+            method=lambda wildcards: cell_of(wildcards).method,
+            task=lambda wildcards: cell_of(wildcards).task,
+            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
+            settings=lambda wildcards: fingerprint(run_settings(cell_of(wildcards).method, cell_of(wildcards).task,
+                                                                cell_of(wildcards).sets)),
+            stamp=lambda wildcards: stamp(fingerprint(train_settings(cell_of(wildcards).method, cell_of(wildcards).task,
+                                                                     cell_of(wildcards).sets))),
+            config=config_path,
+            **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
+        log:
+            **seed_logs(_job, "results/logs/ablations/{cell}/seed{seed}/train.log",
+                        "results/logs/ablations/{cell}/{label}.train.job.log"),
+        benchmark:
+            f"results/benchmarks/ablations/{{cell}}/{_job.label}.train.tsv"
+        threads: THREADS
+        conda:
+            CONDA_ENV
+        shell:
+            TRAIN_SHELL
 
 
-rule ablation_evaluate:
-    input:
-        model=lambda wildcards: f"{cell_of(wildcards).run_dir}/final",
-        eval=lambda wildcards: data_file(cell_of(wildcards).task, "eval"),
-    output:
-        result="results/ablations/{evalrun}.json",
-    wildcard_constraints:
-        evalrun=TRAINED_EVALS,
-    params:
-        method=lambda wildcards: cell_of(wildcards).method,
-        task=lambda wildcards: cell_of(wildcards).task,
-        seed=lambda wildcards: cell_of(wildcards).seed,
-        sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-        settings=lambda wildcards: fingerprint(eval_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                             cell_of(wildcards).sets)),
-        config=config_path,
-        engine=eval_engine,
-    log:
-        "results/logs/ablations/{evalrun}.log",
-    benchmark:
-        "results/benchmarks/ablations/{evalrun}.tsv"
-    threads: THREADS
-    conda:
-        CONDA_ENV
-    shell:
-        "rtpo evaluate --config {params.config} --model {input.model} --method {params.method} "
-        "--task {params.task} --seed {params.seed} --eval-file {input.eval} {params.sets} "
-        "--engine {params.engine} --out {output.result} > {log} 2>&1"
+for _job in PIPELINE.seed_jobs("ablation_evaluate", PIPELINE.ablation_seeds):
+
+    rule:
+        name:
+            _job.rule
+        input:
+            model=_job.paths("results/ablations/{cell}/seed{seed}/final"),
+            eval=lambda wildcards: data_file(cell_of(wildcards).task, "eval"),
+        output:
+            result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
+        wildcard_constraints:
+            cell=TRAINED_CELLS,
+        params:
+            method=lambda wildcards: cell_of(wildcards).method,
+            task=lambda wildcards: cell_of(wildcards).task,
+            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
+            settings=lambda wildcards: fingerprint(eval_settings(cell_of(wildcards).method, cell_of(wildcards).task,
+                                                                 cell_of(wildcards).sets)),
+            config=config_path,
+            engine=eval_engine,
+            model=seed_params(_job, "results/ablations/{cell}/seed{seed}/final")["out"],
+            **seed_params(_job, "results/ablations/{cell}/eval_seed{seed}.json",
+                          "results/logs/ablations/{cell}/eval_seed{seed}.log"),
+        log:
+            **seed_logs(_job, "results/logs/ablations/{cell}/eval_seed{seed}.log",
+                        "results/logs/ablations/{cell}/{label}.eval.job.log"),
+        benchmark:
+            f"results/benchmarks/ablations/{{cell}}/{_job.label}.eval.tsv"
+        threads: THREADS
+        conda:
+            CONDA_ENV
+        shell:
+            "exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
+            "--task {params.task} --seed {params.seeds} --eval-file {input.eval} {params.sets} "
+            "--engine {params.engine} --out {params.out} {params.logs} > {log.job} 2>&1"
 
 
 rule ablation_reuse_run:
@@ -97,7 +112,7 @@ rule ablation_reuse_run:
 
 rule ablation_reuse_eval:
     input:
-        result=lambda wildcards: eval_file(*REUSED[cell_of(wildcards).key]),
+        result=lambda wildcards: eval_file(*REUSED_EVAL[wildcards.evalrun]),
     output:
         result="results/ablations/{evalrun}.json",
     wildcard_constraints:

@@ -198,19 +198,19 @@ all_results, every_run_output = PIPELINE.all_results, PIPELINE.every_run_output
 SEARCH_CORPUS, SEARCH_INDEX, BUILD_INDEX_CMD = PIPELINE.search.corpus, PIPELINE.search.index, PIPELINE.search.build_index_command
 retrieval_inputs = PIPELINE.search.inputs
 
-# ablation cells: the {run} / {evalrun} wildcards are the cell keys below results/ablations/
-TRAINED_RUNS = dag.keys_regex(c.key for c in PIPELINE.trained_cells())
-REUSED_RUNS = dag.keys_regex(c.key for c in PIPELINE.reused_cells())
-TRAINED_EVALS = dag.keys_regex(c.eval_key for c in PIPELINE.trained_cells())
-REUSED_EVALS = dag.keys_regex(c.eval_key for c in PIPELINE.reused_cells())
-REUSED = PIPELINE.reused
+# ablation arms: the {cell} wildcard is an arm's key below results/ablations/ (trained arms); the
+# {run} / {evalrun} wildcards of the copy rules are a reused arm's key + /seedS, /eval_seedS
+TRAINED_CELLS = dag.keys_regex(c.key for c in PIPELINE.trained_cells())
+REUSED, REUSED_EVAL = PIPELINE.reused_runs(), PIPELINE.reused_evals()
+REUSED_RUNS, REUSED_EVALS = dag.keys_regex(REUSED), dag.keys_regex(REUSED_EVAL)
 
 
 def cell_of(wildcards):
-    """The AblationCell of a job with a {run} or {evalrun} wildcard."""
-    if "run" in wildcards.keys():
-        return PIPELINE.cell(run=wildcards.run)
-    return PIPELINE.cell(evalrun=wildcards.evalrun)
+    """The AblationCell of a job with a {cell}, {run} or {evalrun} wildcard."""
+    for name in ("cell", "run", "evalrun"):
+        if name in wildcards.keys():
+            return PIPELINE.cell(wildcards[name])
+    raise WorkflowError(f"no ablation wildcard in {dict(wildcards)}")
 
 
 def main_train_params(method):
@@ -224,3 +224,27 @@ def main_train_params(method):
         return PIPELINE.train_stamp(method, wildcards.task)
 
     return settings, job_stamp
+
+
+def seed_params(job, out_pattern, log_pattern=None):
+    """The params of a job of seeds (rtpo.dag.SeedJob): --seed, the --out pattern (with {seed} for a
+    group of seeds; one directory for the one-seed wildcard job), and --log for a group's per-seed logs.
+    out_pattern / log_pattern: paths with {seed} and the job's other wildcards in braces."""
+
+    def fill(pattern, wildcards):
+        values = {k: v for k, v in wildcards.items() if k != "seed" or job.seeds is None}
+        for k, v in values.items():
+            pattern = pattern.replace(f"{{{k}}}", str(v))
+        return shlex.quote(pattern)
+
+    def logs(wildcards):
+        return "" if job.seeds is None or log_pattern is None else f"--log {fill(log_pattern, wildcards)}"
+
+    return {"seeds": job.seed_arg, "out": lambda wildcards: fill(out_pattern, wildcards), "logs": logs}
+
+
+def seed_logs(job, log_pattern, job_log_pattern):
+    """The `log:` of a job of seeds: `job` (the process's output) and, for a group, each seed's log."""
+    if job.seeds is None:
+        return {"job": log_pattern}
+    return {"job": job_log_pattern.replace("{label}", job.label), "seeds": job.paths(log_pattern)}

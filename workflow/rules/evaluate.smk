@@ -1,34 +1,41 @@
 """Evaluation: each final checkpoint on every benchmark of its task (`rtpo evaluate`).
 
-One job per (task, method, seed): the eval split holds every benchmark of the task (embedded tiers
-at CPU scale, the real benchmarks at paper scale); the eval JSON reports each and the pooled
-`overall` (docs/ARCHITECTURE.md). The method selects the context map psi used at evaluation.
-The config's `engine` selects the sampler (`--engine`): local (LocalEngine) or verl (verl's rollout
-servers in standalone mode, vLLM on GPUs; rtpo/verl_ext/eval_servers.py), whose jobs need
+One job per (task, method) and seed group (`seeds_per_job`, as training: rule evaluate_run, or
+evaluate_run_seeds0to4 ... when the seeds take several groups; one {seed} wildcard job per seed when
+1). The eval split holds every benchmark of the task (embedded tiers at CPU scale, the real
+benchmarks at paper scale); the eval JSON reports each and the pooled `overall`
+(docs/ARCHITECTURE.md). The method selects the context map psi used at evaluation. The config's
+`engine` selects the sampler (`--engine`): local (LocalEngine) or verl (verl's rollout servers in
+standalone mode, vLLM on GPUs; rtpo/verl_ext/eval_servers.py), whose jobs need
 verl.tensor_parallel_size x verl.eval_replicas GPUs (workflow/profiles/slurm/config.yaml);
 `--engine` is common.smk's eval_engine.
 """
 
+for _job in PIPELINE.seed_jobs("evaluate_run", PIPELINE.seeds):
 
-rule evaluate_run:
-    input:
-        model="results/runs/{task}/{method}/seed{seed}/final",
-        eval="results/data/{task}/eval.jsonl",
-    output:
-        result="results/eval/{task}/{method}/seed{seed}.json",
-    params:
-        settings=lambda wildcards: fingerprint(eval_settings(wildcards.method, wildcards.task)),
-        config=config_path,
-        engine=eval_engine,
-    log:
-        "results/logs/eval/{task}/{method}/seed{seed}.log",
-    benchmark:
-        "results/benchmarks/eval/{task}/{method}/seed{seed}.tsv"
-    threads: THREADS
-    conda:
-        CONDA_ENV
-    shell:
-        "rtpo evaluate --config {params.config} --model {input.model} --method {wildcards.method} "
-        "--task {wildcards.task} --seed {wildcards.seed} --eval-file {input.eval} --engine {params.engine} "
-        "--out {output.result} "
-        "> {log} 2>&1"
+    rule:
+        name:
+            _job.rule
+        input:
+            model=_job.paths("results/runs/{task}/{method}/seed{seed}/final"),
+            eval="results/data/{task}/eval.jsonl",
+        output:
+            result=_job.paths("results/eval/{task}/{method}/seed{seed}.json"),
+        params:
+            settings=lambda wildcards: fingerprint(eval_settings(wildcards.method, wildcards.task)),
+            config=config_path,
+            engine=eval_engine,
+            model=seed_params(_job, "results/runs/{task}/{method}/seed{seed}/final")["out"],
+            **seed_params(_job, "results/eval/{task}/{method}/seed{seed}.json", "results/logs/eval/{task}/{method}/seed{seed}.log"),
+        log:
+            **seed_logs(_job, "results/logs/eval/{task}/{method}/seed{seed}.log",
+                        "results/logs/eval/{task}/{method}/{label}.job.log"),
+        benchmark:
+            f"results/benchmarks/eval/{{task}}/{{method}}/{_job.label}.tsv"
+        threads: THREADS
+        conda:
+            CONDA_ENV
+        shell:
+            "exec rtpo evaluate --config {params.config} --model {params.model} --method {wildcards.method} "
+            "--task {wildcards.task} --seed {params.seeds} --eval-file {input.eval} --engine {params.engine} "
+            "--out {params.out} {params.logs} > {log.job} 2>&1"

@@ -1,37 +1,44 @@
-"""Training: one job per (task, method, seed), rule train_<method> (`--forcerun train_rtpo`).
+"""Training: rule train_<method> (`--forcerun train_rtpo`), one job per (task, method) and seed group.
 
 Writes results/runs/<task>/<method>/seed<seed>/: metrics.jsonl, checkpoint/ (for resuming), final/
 (HF model directory) and summary.json (written last). Declared outputs are summary.json and final/;
-deleting either reruns that cell and what depends on it. TRAIN_SHELL (rtpo.dag) holds the
-checkpoint guard. `threads` is model.threads (1 on the CPU default: two jobs side by side).
+deleting either reruns that cell's job and what depends on it. `seeds_per_job` (config) seeds train
+in one job, one after the other in one process (rtpo train --seed S1 S2 ...; rtpo.dag.SeedJob): one
+rule per seed group (train_<method> when one group holds every seed, train_<method>_seeds0to4 ...
+otherwise), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
+per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --stamp`, the checkpoint guard. `threads` is
+model.threads (1 on the CPU default: two jobs side by side).
 """
 
 for _method in TRAINABLE:
     _settings, _stamp = main_train_params(_method)
+    for _job in PIPELINE.seed_jobs(f"train_{_method}", PIPELINE.seeds):
+        _run = f"results/runs/{{task}}/{_method}/seed{{seed}}"
 
-    rule:
-        name:
-            f"train_{_method}"
-        input:
-            train="results/data/{task}/train.jsonl",
-            model="results/models/base",
-        output:
-            summary=f"results/runs/{{task}}/{_method}/seed{{seed}}/summary.json",
-            final=directory(f"results/runs/{{task}}/{_method}/seed{{seed}}/final"),
-        params:
-            method=_method,
-            task=lambda wildcards: wildcards.task,
-            seed=lambda wildcards: wildcards.seed,
-            sets="",
-            settings=_settings,
-            stamp=_stamp,
-            config=config_path,
-        log:
-            f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log",
-        benchmark:
-            f"results/benchmarks/train/{{task}}/{_method}/seed{{seed}}.tsv"
-        threads: THREADS
-        conda:
-            CONDA_ENV
-        shell:
-            TRAIN_SHELL
+        rule:
+            name:
+                _job.rule
+            input:
+                train="results/data/{task}/train.jsonl",
+                model="results/models/base",
+            output:
+                summary=_job.paths(f"{_run}/summary.json"),
+                final=[directory(p) for p in _job.paths(f"{_run}/final")],
+            params:
+                method=_method,
+                task=lambda wildcards: wildcards.task,
+                sets="",
+                settings=_settings,
+                stamp=_stamp,
+                config=config_path,
+                **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
+            log:
+                **seed_logs(_job, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log",
+                            f"results/logs/train/{{task}}/{_method}/{{label}}.job.log"),
+            benchmark:
+                f"results/benchmarks/train/{{task}}/{_method}/{_job.label}.tsv"
+            threads: THREADS
+            conda:
+                CONDA_ENV
+            shell:
+                TRAIN_SHELL
