@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rtpo.engine.base import UpdateStats
+from rtpo.engine.base import Mismatch, UpdateStats
 from rtpo.rollout import Trajectory
 
 SUCCESS_THRESHOLD = 0.999
@@ -37,6 +37,7 @@ class StepLog:
         self._ratio_num = self._kl_num = self._tok = 0.0
         self._clip_num = self._kl_ref_num = 0.0
         self._rows = self._zero_rows = 0
+        self.mismatch: dict[int, Mismatch] = {}  # by turn index k: the rollout-training mismatch of trained tokens
         self.losses: list[float] = []
         self.grad_norms: list[float] = []
         self.t0 = time.perf_counter()
@@ -70,6 +71,8 @@ class StepLog:
             self._tok += n
             self.losses.append(stats.loss)
             self.grad_norms.append(stats.grad_norm)
+        for turn, m in stats.mismatch.items():
+            self.mismatch[turn] = self.mismatch.get(turn, Mismatch()) + m
         self._rows += len(advantages)
         self._zero_rows += sum(1 for a in advantages if a == 0.0)
         if k is not None:
@@ -98,6 +101,10 @@ class StepLog:
             "turns": sorted(self.turns, key=lambda d: -d["k"]),
             "trunks": trunk_stats(trunks),
         }
+        if self.mismatch:   # engine.base.Mismatch: ratio_mean (E = 1 for any mismatch), geo_ratio, abs_dlogp, kl, clip_share
+            total = sum(self.mismatch.values(), Mismatch()).summary()
+            rec.update({k: total[k] for k in ("geo_ratio", "abs_dlogp", "clip_share") if k in total})
+            rec["mismatch"] = [{"k": k, **m.summary()} for k, m in sorted(self.mismatch.items())]
         if self.sync_kl:
             rec["sync_kl"] = list(self.sync_kl)
         if self.losses:

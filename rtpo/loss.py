@@ -62,6 +62,13 @@ def kl_rollout_train(rollout_logp: torch.Tensor, train_logp: torch.Tensor) -> to
     return torch.exp(log_r) - 1.0 - log_r
 
 
+def truncated_is_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Token-level truncated importance weights (verl's decoupled rollout correction, rollout_is="token"):
+    min(pi_old / pi_rollout, threshold), detached. old_logp: the training weights' logprobs before the
+    update; rollout_logp: the logprobs the tokens were sampled with. (B, T) -> (B, T)."""
+    return torch.exp((old_logp - rollout_logp).clamp(-20.0, 20.0)).clamp(max=threshold).detach()
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of softmax(logits) over the last dim: (B, T, V) -> (B, T)."""
     logp = torch.log_softmax(logits.float(), dim=-1)

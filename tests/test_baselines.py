@@ -95,7 +95,7 @@ def changed(eng, before) -> float:
 # ------------------------------------------------------------------ registry
 
 def test_registry_names_and_error():
-    assert set(METHODS) == {"vanilla", "rtpo", "rtpo_ca", "grpo", "tree_grpo", "arpo", "seeupo"}
+    assert set(METHODS) == {"vanilla", "rtpo", "rtpo_ca", "grpo", "grpo_tis", "tree_grpo", "arpo", "seeupo"}
     assert get_method("rtpo_ca") is RTPO and get_method("vanilla") is Vanilla and get_method("arpo") is ARPO
     with pytest.raises(ValueError, match="valid methods: vanilla, rtpo, rtpo_ca, grpo"):
         get_method("ppo")

@@ -153,7 +153,6 @@ class _FakeVerlTrainer:
     from rtpo.verl_ext.trainer import RTPOTrainerMixin as _M
 
     _measure_rollout_consistency = _M._measure_rollout_consistency
-    _old_from_rollout = _M._old_from_rollout
     _score_for_update = _M._score_for_update
 
     def __init__(self, eng, tq, temperature=1.0):
@@ -224,8 +223,9 @@ class _FakeVerlTrainer:
 def test_verl_engine_seam_without_ray(monkeypatch):
     """VerlEngine on a fake verl trainer (in-memory TransferQueue, a LocalEngine as actor and servers):
     Row -> TransferQueue fields (response_mask = Row.mask, rollout_log_probs = Row.old_logprobs,
-    per-token advantages = returns, verl's padding row zeros), old_log_probs := rollout logprobs on
-    trained tokens, the pre-update ratio; logprobs and ARPO's entropy equal the local engine's; the
+    per-token advantages = returns, verl's padding row zeros), old_log_probs = the actor's recomputed
+    logprobs (UpdateConfig.old = "recompute"; equal to the rollout's here: same weights, psi full), the
+    pre-update ratio; logprobs and ARPO's entropy equal the local engine's; the
     server states (sleep before the actor computes, push before sampling, no sampling after an
     update without sync); every TransferQueue key is either cleared or handed to fit()."""
     import transfer_queue

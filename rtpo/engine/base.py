@@ -71,10 +71,12 @@ class Row:
     advantages: list[float]         # per response token
     mask: list[int]                 # 1 = token receives gradient
     group: str = ""                 # for bookkeeping only (sibling group / prompt uid)
+    turns: list[int] | None = None  # per response token, the turn index k of its action (None: not known);
+                                    # the rollout-training mismatch is reported per k
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
-        for name in ("old_logprobs", "advantages", "mask"):
+        for name in ("old_logprobs", "advantages", "mask") + (("turns",) if self.turns is not None else ()):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Row.{name} has {len(getattr(self, name))} entries, response has {n} tokens")
 
@@ -92,6 +94,57 @@ class UpdateConfig:
     epochs: int = 1                 # passes over the rows
     mini_batches: int = 1           # optimizer steps per pass
     micro_batch_tokens: int = 8192  # gradient accumulation bound on padded tokens per forward
+    # PPO's `old` (the ratio's denominator), one rule for every method: "recompute" = the training
+    # weights' logprobs of the training row before the update (verl's default: the actor's
+    # compute_log_prob), so the rollout-training mismatch does not enter the clip; "rollout" = the
+    # rollout-time logprobs of the row.
+    old: str = "recompute"
+    # verl's rollout correction (algorithm.rollout_correction, decoupled mode): None, or "token" =
+    # truncated importance sampling per token, the PG loss times min(pi_old / pi_rollout, threshold)
+    # (detached; pi_old = the recomputed old). The correction the field uses for the mismatch.
+    rollout_is: str | None = None
+    rollout_is_threshold: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.old not in ("recompute", "rollout"):
+            raise ValueError(f"UpdateConfig.old must be 'recompute' or 'rollout', got {self.old!r}")
+        if self.rollout_is not in (None, "token"):
+            raise ValueError(f"UpdateConfig.rollout_is must be None or 'token', got {self.rollout_is!r}")
+
+
+@dataclass
+class Mismatch:
+    """Token sums of the rollout-training mismatch on trained tokens, before any optimizer step, with
+    d = logp_train - logp_rollout per token (merge with `+`, read with `summary()`):
+
+      ratio_mean      E[exp d]: over tokens sampled by the rollout policy its expectation is exactly 1
+                      for ANY mismatch (E_q[p/q] = 1), so it cannot show one; kept for the paper's Fig. 3
+      geo_ratio       exp(E[d]), the geometric-mean ratio: < 1 when training scores the sampled tokens
+                      lower than the rollout did (E_q[log p/q] = -KL(q || p) <= 0)
+      abs_dlogp       E[|d|]
+      kl              k3 estimate of KL(rollout || train) = E[exp d - 1 - d] >= 0
+      clip_share      share of tokens whose ratio exp d lies outside PPO's clip range [1 - eps_low, 1 + eps_high]
+    """
+
+    tokens: float = 0.0
+    ratio: float = 0.0
+    d: float = 0.0
+    abs_d: float = 0.0
+    kl: float = 0.0
+    clipped: float = 0.0
+
+    def __add__(self, o: "Mismatch") -> "Mismatch":
+        return Mismatch(self.tokens + o.tokens, self.ratio + o.ratio, self.d + o.d, self.abs_d + o.abs_d,
+                        self.kl + o.kl, self.clipped + o.clipped)
+
+    def summary(self) -> dict[str, float | int]:
+        import math
+
+        n = self.tokens
+        if not n:
+            return {"tokens": 0}
+        return {"tokens": int(n), "ratio_mean": self.ratio / n, "geo_ratio": math.exp(self.d / n),
+                "abs_dlogp": self.abs_d / n, "kl": self.kl / n, "clip_share": self.clipped / n}
 
 
 @dataclass
@@ -99,11 +152,12 @@ class UpdateStats:
     loss: float
     ratio_mean: float               # mean exp(logp_train - logp_rollout) over trained tokens, before any step
     kl_rollout_train: float         # k3 KL(rollout || train) over trained tokens, before any step
-    clip_frac: float
+    clip_frac: float                # share of trained tokens where PPO's clip was active in the update
     kl_ref: float
     grad_norm: float
     trained_tokens: int
     extra: dict[str, Any] = field(default_factory=dict)
+    mismatch: dict[int, Mismatch] = field(default_factory=dict)  # by turn index k (-1: rows without turns)
 
 
 class Sampler(Protocol):

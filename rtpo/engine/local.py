@@ -26,7 +26,7 @@ import torch
 from rtpo import loss as L
 from rtpo.engine import decoder as D
 from rtpo.engine import shared_prefix as SP
-from rtpo.engine.base import Completion, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
+from rtpo.engine.base import Completion, Mismatch, Row, SamplingParams, UpdateConfig, UpdateStats, stop_ids
 
 
 def build_tiny_qwen3(tokenizer: Any, hidden_size: int = 256, num_layers: int = 4, num_heads: int = 4,
@@ -350,6 +350,12 @@ class LocalEngine:
         mini-batch of the dual-clipped surrogate, + kl_coef * token-mean low_var_kl(pi, ref),
         - entropy_coef * token-mean entropy. Micro-batches accumulate gradients so that memory
         stays bounded by cfg.micro_batch_tokens.
+
+        PPO's old logprobs follow cfg.old ("recompute": the training weights' logprobs of each row
+        before the update, verl's default; "rollout": the rows' rollout logprobs); cfg.rollout_is
+        "token" weights each token's loss by min(pi_old / pi_rollout, cfg.rollout_is_threshold) (verl's
+        decoupled token-level TIS). The rollout-training mismatch of the trained tokens (`Mismatch`,
+        by turn when rows carry `turns`) is measured on the pre-update weights in either case.
         """
         rows = [r for r in rows if sum(r.mask) > 0]
         if not rows:
@@ -358,52 +364,57 @@ class LocalEngine:
             g["lr"], g["weight_decay"] = cfg.lr, cfg.weight_decay
         if cfg.kl_coef > 0 and self.ref_model is None:
             raise ValueError("kl_coef > 0 needs the engine built with reference=True")
+        if cfg.rollout_is is not None and cfg.old != "recompute":
+            raise ValueError("rollout_is (verl's decoupled TIS) weights by pi_old / pi_rollout: it needs old = recompute")
         self._check_contexts([r.prompt_ids + r.response_ids[:-1] or r.prompt_ids for r in rows])
 
-        # The rollout-training consistency before any optimizer step (paper Fig. 3): measured on the
-        # first pass's forward, which runs on the pre-update weights; rows of later mini-batches are
-        # scored separately first (the first mini-batch's step has moved the weights by then).
+        # The training weights' logprobs of every row before any optimizer step: PPO's old under
+        # cfg.old = "recompute", and what the mismatch is measured on (paper Fig. 3). Rows of the first
+        # mini-batch get them from the first pass's forward; rows of later mini-batches are scored
+        # first (the first mini-batch's step has moved the weights by then).
         n_mb = max(1, min(cfg.mini_batches, len(rows)))
         splits = [list(ix) for ix in np.array_split(np.arange(len(rows)), n_mb)]
-        stats = {"num": 0.0, "kl": 0.0, "den": 0.0}
+        before: dict[int, list[float]] = {}
+        mismatch: dict[int, Mismatch] = {}
 
-        def consistency(rs: list[Row], logps: list[list[float]]) -> None:
-            for r, lp in zip(rs, logps):
-                m = torch.tensor(r.mask, dtype=torch.float)
-                new, old = torch.tensor(lp), torch.tensor(r.old_logprobs)
-                stats["num"] += float((torch.exp(new - old) * m).sum())
-                stats["kl"] += float((L.kl_rollout_train(old, new) * m).sum())
-                stats["den"] += float(m.sum())
+        def measure(idx: list[int], logps: list[list[float]]) -> None:
+            for i, lp in zip(idx, logps):
+                before[i] = lp
+                for k, m in mismatch_by_turn(rows[i], lp, cfg.clip_low, cfg.clip_high).items():
+                    mismatch[k] = mismatch.get(k, Mismatch()) + m
 
-        later = [rows[i] for ix in splits[1:] for i in ix]
+        later = [i for ix in splits[1:] for i in ix]
         if later:
-            consistency(later, self.logprobs([r.prompt_ids for r in later], [r.response_ids for r in later],
-                                             temperature, max_tokens=cfg.micro_batch_tokens))
+            measure(later, self.logprobs([rows[i].prompt_ids for i in later], [rows[i].response_ids for i in later],
+                                         temperature, max_tokens=cfg.micro_batch_tokens))
 
         self.model.train()
         losses, clips, kls, norms = [], [], [], []
         for epoch in range(cfg.epochs):
             for mi, ix in enumerate(splits):
-                mb_rows = [rows[i] for i in ix]
-                n_tok = float(sum(sum(r.mask) for r in mb_rows))
+                n_tok = float(sum(sum(rows[i].mask) for i in ix))
                 self.optimizer.zero_grad(set_to_none=True)
                 tot_loss = tot_clip = tot_kl = 0.0
-                for micro in self._micro_batches([r.prompt_ids for r in mb_rows], [r.response_ids for r in mb_rows],
+                for micro in self._micro_batches([rows[i].prompt_ids for i in ix], [rows[i].response_ids for i in ix],
                                                  cfg.micro_batch_tokens):
-                    mr = [mb_rows[i] for i in micro]
+                    idx = [ix[j] for j in micro]
+                    mr = [rows[i] for i in idx]
                     logp, pad_mask, ent = self._forward_logprobs(
                         self.model, [r.prompt_ids for r in mr], [r.response_ids for r in mr], temperature,
                         with_entropy=cfg.entropy_coef > 0, need=[r.mask for r in mr])
                     if epoch == 0 and mi == 0:
                         det = logp.detach().cpu()
-                        consistency(mr, [det[j, :len(r.response_ids)].tolist() for j, r in enumerate(mr)])
+                        measure(idx, [det[j, :len(r.response_ids)].tolist() for j, r in enumerate(mr)])
                     T = logp.shape[1]
                     pad = lambda xs, v=0.0: torch.tensor([x + [v] * (T - len(x)) for x in xs], dtype=torch.float,
                                                          device=self.device)
                     mask = pad([list(map(float, r.mask)) for r in mr]) * pad_mask
-                    old = pad([r.old_logprobs for r in mr])
+                    rollout = pad([r.old_logprobs for r in mr])
+                    old = pad([before[i] for i in idx]) if cfg.old == "recompute" else rollout
                     adv = pad([r.advantages for r in mr])
                     pg, clipped = L.ppo_clip_loss(logp, old, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip_c)
+                    if cfg.rollout_is == "token":
+                        pg = pg * L.truncated_is_weights(old, rollout, cfg.rollout_is_threshold)
                     loss = L.masked_sum(pg, mask) / n_tok
                     tot_clip += float(L.masked_sum(clipped.float(), mask))
                     if cfg.kl_coef > 0:
@@ -423,10 +434,11 @@ class LocalEngine:
                     self.optimizer.step()
                 self.train_version += 1
                 losses.append(tot_loss); clips.append(tot_clip / n_tok); kls.append(tot_kl / n_tok); norms.append(float(gn))
-        num, kl_num, den = stats["num"], stats["kl"], stats["den"]
-        return UpdateStats(loss=float(np.mean(losses)), ratio_mean=num / den, kl_rollout_train=kl_num / den,
-                           clip_frac=float(np.mean(clips)), kl_ref=float(np.mean(kls)), grad_norm=float(np.mean(norms)),
-                           trained_tokens=int(den))
+        total = sum(mismatch.values(), Mismatch())
+        return UpdateStats(loss=float(np.mean(losses)), ratio_mean=total.ratio / total.tokens,
+                           kl_rollout_train=total.kl / total.tokens, clip_frac=float(np.mean(clips)),
+                           kl_ref=float(np.mean(kls)), grad_norm=float(np.mean(norms)), trained_tokens=int(total.tokens),
+                           mismatch=mismatch)
 
     def token_gradients(self, rows: list[Row], cfg: UpdateConfig, temperature: float = 1.0) -> list[list[float]]:
         """d loss / d logp(token) for every response token of `rows`, without an optimizer step.
@@ -440,8 +452,9 @@ class LocalEngine:
         T = logp.shape[1]
         pad = lambda xs: torch.tensor([x + [0.0] * (T - len(x)) for x in xs], dtype=torch.float, device=self.device)
         mask = pad([list(map(float, r.mask)) for r in rows]) * pad_mask
-        pg, _ = L.ppo_clip_loss(logp, pad([r.old_logprobs for r in rows]), pad([r.advantages for r in rows]),
-                                cfg.clip_low, cfg.clip_high, cfg.dual_clip_c)
+        old = logp.detach() if cfg.old == "recompute" else pad([r.old_logprobs for r in rows])
+        pg, _ = L.ppo_clip_loss(logp, old, pad([r.advantages for r in rows]), cfg.clip_low, cfg.clip_high,
+                                cfg.dual_clip_c)
         (L.masked_sum(pg, mask) / max(n_tok, 1.0)).backward()
         grads = [logp.grad[i, :len(r.response_ids)].cpu().tolist() for i, r in enumerate(rows)]
         self.model.zero_grad(set_to_none=True)
@@ -512,3 +525,22 @@ class LocalEngine:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+
+def mismatch_by_turn(row: Row, train_logprobs: list[float], clip_low: float, clip_high: float) -> dict[int, Mismatch]:
+    """The rollout-training mismatch (`Mismatch` token sums) of one row's trained tokens, by the turn
+    index of each token (row.turns; -1 for all when the row has none)."""
+    m = torch.tensor(row.mask, dtype=torch.bool)
+    d = (torch.tensor(train_logprobs, dtype=torch.float64) - torch.tensor(row.old_logprobs, dtype=torch.float64))[m]
+    d = d.clamp(-20.0, 20.0)
+    turns = (torch.tensor(row.turns, dtype=torch.long)[m] if row.turns is not None
+             else torch.full((int(m.sum()),), -1, dtype=torch.long))
+    ratio = torch.exp(d)
+    kl = ratio - 1.0 - d
+    clipped = ((ratio < 1.0 - clip_low) | (ratio > 1.0 + clip_high)).double()
+    out = {}
+    for k in torch.unique(turns).tolist():
+        sel = turns == k
+        out[int(k)] = Mismatch(float(sel.sum()), float(ratio[sel].sum()), float(d[sel].sum()),
+                               float(d[sel].abs().sum()), float(kl[sel].sum()), float(clipped[sel].sum()))
+    return out

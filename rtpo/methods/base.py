@@ -62,6 +62,7 @@ def flatten_row(traj: Trajectory, advantage: float, max_context: int, train_copi
     response = list(full[p:])
     mask = [0] * len(response)
     old = [0.0] * len(response)
+    turns = [-1] * len(response)
     first = 0 if train_copied_prefix else traj.start_k
     if len(traj.action_spans) != len(traj.turns):
         raise ValueError(f"trajectory of task {traj.task.id}: {len(traj.action_spans)} action spans for {len(traj.turns)} turns")
@@ -73,9 +74,10 @@ def flatten_row(traj: Trajectory, advantage: float, max_context: int, train_copi
         for t in range(s, e):
             mask[t - p] = 1
             old[t - p] = float(turn.logprobs[t - s])
+            turns[t - p] = k
     keep = max(0, max_context - p)  # the engine accepts prompt + response[:-1] < max_context
-    response, mask, old = response[:keep], mask[:keep], old[:keep]
-    return Row(list(full[:p]), response, old, [float(advantage)] * len(response), mask, group=group)
+    response, mask, old, turns = response[:keep], mask[:keep], old[:keep], turns[:keep]
+    return Row(list(full[:p]), response, old, [float(advantage)] * len(response), mask, group=group, turns=turns)
 
 
 class Method:

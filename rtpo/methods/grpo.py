@@ -10,21 +10,31 @@ One training step on a batch of prompts:
       prompt   = the initial context (system + user), response = everything after it: every turn's
                  action, its turn close, the tool results and the next generation prompt
       mask     = 1 on action tokens, 0 on observation / template tokens (verl's response_mask)
-      A_i broadcast to every response token; old logprobs = the rollout-time logprobs
-  one PPO update (clip 0.2, dual clip 3, token-mean, KL as a loss term: UpdateConfig / the engine).
+      A_i broadcast to every response token; the row carries the rollout-time logprobs
+  one PPO update (clip 0.2, dual clip 3, token-mean, KL as a loss term: UpdateConfig / the engine);
+      PPO's old = the training weights' logprobs of the row before the update (verl's default,
+      UpdateConfig.old = "recompute", the rule of every method)
 
 The flattened row is scored under the *full concatenated history*. When the rollout sampled turn k
 from c_k = psi(S_k) with psi != full (qwen3 strips earlier <think> blocks, truncate:N drops old
 turns), training scores the same action tokens under a different context than the one they were
-sampled from: the rollout-training mismatch of paper §2.1, visible in `ratio_mean` /
-`kl_rollout_train` before the update. Under psi = full the two contexts are the same token ids and
+sampled from: the rollout-training mismatch of paper §2.1, measured before the update on the trained
+tokens (engine.base.Mismatch: the geometric-mean ratio, |delta logp|, KL(rollout || train), the share
+beyond the clip range; `ratio_mean` has expectation 1 whatever the mismatch). Under psi = full the two contexts are the same token ids and
 the ratio is 1.
 
 The flattened row (`rtpo.methods.base.flatten_row`) is Tree-GRPO's and ARPO's too.
+
+GRPO-TIS (`grpo_tis`): GRPO with verl's rollout correction in decoupled mode, token level
+(algorithm.rollout_correction: rollout_is = token, rollout_is_threshold = 2.0; Liu et al. 2025, "When
+Speed Kills Stability"): every token's policy-gradient loss is weighted by
+min(pi_old(a|full history) / pi_rollout(a|c_k), threshold), with pi_old the training weights before the
+update. It corrects exactly the rollout-training mismatch above, which the paper does not compare with.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -64,3 +74,14 @@ class GRPO(Method):
             stats = self.engine.update(rows, self.update_cfg, self.temperature)
             log.add_update(stats, advs)
         return log.record(chains, len(tasks))
+
+
+class GRPOTIS(GRPO):
+    """GRPO with token-level truncated importance sampling on the rollout-training ratio (module
+    docstring); the threshold is train.rollout_is_threshold (verl's default 2.0)."""
+
+    name = "grpo_tis"
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.update_cfg = dataclasses.replace(self.update_cfg, rollout_is="token")

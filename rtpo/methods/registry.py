@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rtpo.methods.arpo import ARPO
 from rtpo.methods.base import Method, Vanilla
-from rtpo.methods.grpo import GRPO
+from rtpo.methods.grpo import GRPO, GRPOTIS
 from rtpo.methods.rtpo import RTPO
 from rtpo.methods.seeupo import SeeUPO
 from rtpo.methods.tree_grpo import TreeGRPO
@@ -17,6 +17,7 @@ METHODS: dict[str, type[Method]] = {
     "rtpo": RTPO,
     "rtpo_ca": RTPO,
     "grpo": GRPO,
+    "grpo_tis": GRPOTIS,
     "tree_grpo": TreeGRPO,
     "arpo": ARPO,
     "seeupo": SeeUPO,

@@ -11,7 +11,8 @@ One training step on a batch of prompts:
           the trunk's own turn-k action is the G-th member: its continuation from S_{k+1} is
           regenerated under the current policy too
           A_i = R_i - mean_j R_j  over the G members (options: / std, leave-one-out)     (§3.2)
-      PPO update on the turn-k sibling tokens only, old logprobs = those recorded at sampling.
+      PPO update on the turn-k sibling tokens only (PPO's old = their logprobs under the training
+      weights before the update, which are the ones recorded at sampling: the same c_k ids and weights).
       Trunk tokens, shared prefixes and continuation tokens get no gradient.
 
 The step is written with an engine-agnostic stage-level API: `stages(trunks)` (K-1 .. 0),
@@ -182,7 +183,8 @@ class RTPO(Method):
             turn = traj.turns[k]
             a = float(adv[j])
             rows.append(Row(turn.context_ids, turn.action_ids, turn.logprobs, [a] * len(turn.action_ids),
-                            [1] * len(turn.action_ids), group=f"{traj.task.id}/{keys[j]}/{k}"))
+                            [1] * len(turn.action_ids), group=f"{traj.task.id}/{keys[j]}/{k}",
+                            turns=[k] * len(turn.action_ids)))
             advs.append(a)
         return Stage(k, rows, advs, groups=sum(len(t.turns) > k for t in trunks))
 

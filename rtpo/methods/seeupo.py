@@ -21,11 +21,11 @@ full-history prompt. One training step on a batch of prompts:
       W_i   = clip(W_i * s_i, 0.8, 1.2)     (update_ratios -> rtpo.methods.advantages.seeupo_ratio_update)
   trajectories without turn k keep W_i (their sequence ratio is 1).
 
-Instrumentation: because `old` is recomputed under the training weights, the ratio the engine
-measures against it is 1 by construction. The `ratio_mean` / `kl_rollout_train` logged for each
-stage are therefore measured here, on the same pre-update logprobs, against the rollout-time ones
-(the schema's definition): they show the psi mismatch (full-history training contexts vs the
-rollout's c_k) plus the drift from the later turns already updated in this step.
+Instrumentation: the rows carry the rollout-time logprobs, as every method's; the engine takes PPO's
+`old` from the training weights before the update (UpdateConfig.old = "recompute", the rule of every
+method) and measures the mismatch against the rollout-time ones: the psi mismatch (full-history
+training contexts vs the rollout's c_k) plus the drift from the later turns already updated in this
+step.
 
 Not reproduced: the public config trains with loss_mode=gspo (a sequence-level clipped ratio) and
 loss_agg_mode=seq-mean-token-mean; the engine's loss is the token-level clipped surrogate with
@@ -34,13 +34,10 @@ token-mean aggregation, the same for every method here.
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from typing import Any
 
 import torch
 
-from rtpo import loss as L
 from rtpo.engine.base import Row
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
@@ -107,11 +104,10 @@ class SeeUPO(Method):
                 idx = torch.tensor(at)
                 adv = seeupo_advantages(rewards[idx], [keys[i] for i in at], clamp=self.clamp) * weights[idx]
                 advs = [float(a) for a in adv]
-                rows = [Row(p, a, o, [x] * len(a), [1] * len(a), group=f"{trajs[i].task.id}/{keys[i]}/{k}")
-                        for i, p, a, o, x in zip(at, prompts, actions, old, advs)]
+                rows = [Row(p, a, r, [x] * len(a), [1] * len(a), group=f"{trajs[i].task.id}/{keys[i]}/{k}",
+                            turns=[k] * len(a))
+                        for i, p, a, r, x in zip(at, prompts, actions, rollout_lp, advs)]
                 stats = self.engine.update(rows, self.update_cfg, self.temperature)
-                ratio, kl = _consistency(old, rollout_lp)
-                stats = dataclasses.replace(stats, ratio_mean=ratio, kl_rollout_train=kl)
                 log.add_update(stats, advs, k=k, groups=len({keys[i] for i in at}))
                 if stage < len(order) - 1:  # the weight is only used by the turns still to come
                     new = self.engine.logprobs(prompts, actions, self.temperature)
@@ -120,11 +116,3 @@ class SeeUPO(Method):
         self.last_weights = weights
         return log.record(trajs, len(tasks))
 
-
-def _consistency(train_lp: list[list[float]], rollout_lp: list[list[float]]) -> tuple[float, float]:
-    """Token means of exp(train - rollout) and of the k3 KL(rollout || train) over all tokens."""
-    tr = torch.tensor([x for xs in train_lp for x in xs])
-    ro = torch.tensor([x for xs in rollout_lp for x in xs])
-    if tr.numel() == 0:
-        return math.nan, math.nan
-    return float(torch.exp((tr - ro).clamp(-20, 20)).mean()), float(L.kl_rollout_train(ro, tr).mean())

@@ -51,6 +51,7 @@ STEP_REQUIRED = ("step",)
 # JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
 # Unknown string fields (e.g. "psi") are kept as strings.
 STEP_NUMERIC = ("step", "seed", "reward_mean", "success_rate", "ratio_mean", "kl_rollout_train", "zero_adv_frac",
+                "geo_ratio", "abs_dlogp", "clip_share",
                 "trained_tokens", "rollouts_per_prompt", "tool_calls", "tool_errors", "syncs", "loss", "grad_norm",
                 "lr", "weight_version", "train_version")
 STEP_NUMERIC_DICTS = ("tokens", "time", "trunks")
@@ -162,13 +163,21 @@ def _num(x: Any) -> float:
 
 def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
     """One JSONL record -> flat scalars. Nested dicts become `parent_child`; `turns` is kept as
-    its count (`turns_n`) because per-turn lists do not fit one row; any other list of numbers
+    its count (`turns_n`) because per-turn lists do not fit one row; the per-turn `mismatch` records become
+    `mismatch_k<k>_<field>` (e.g. mismatch_k2_geo_ratio); any other list of numbers
     (one value per stage, e.g. RTPO kl:tau's `sync_kl`) as its largest value (`sync_kl_max`, nan
     when empty)."""
     flat: dict[str, Any] = {}
     for key, val in rec.items():
         if key == "turns":
             flat["turns_n"] = float(len(val or []))
+        elif key == "mismatch":   # per turn index k: {"k", "tokens", "geo_ratio", ...} -> mismatch_k<k>_<field>
+            for d in val or []:
+                if not isinstance(d, dict) or not isinstance(d.get("k"), int):
+                    raise TypeError(f"field 'mismatch' is not a list of per-turn records: {val!r}")
+                for sub, v in d.items():
+                    if sub != "k":
+                        flat[f"mismatch_k{d['k']}_{sub}"] = _num(v)
         elif isinstance(val, list):
             try:
                 vals = [_num(v) for v in val]

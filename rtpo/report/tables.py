@@ -50,7 +50,7 @@ from rtpo.report.stats import (
     paired, paired_cells, paired_ratio, problem_summary, relative_gain, se_over_seeds, summarize,
 )
 
-METHOD_LABELS = {"vanilla": "Vanilla", "grpo": "GRPO", "tree_grpo": "Tree-GRPO", "arpo": "ARPO",
+METHOD_LABELS = {"vanilla": "Vanilla", "grpo": "GRPO", "grpo_tis": "GRPO-TIS", "tree_grpo": "Tree-GRPO", "arpo": "ARPO",
                  "seeupo": "SeeUPO", "rtpo": "RTPO", "rtpo_ca": "RTPO-CA"}
 # Table 1 of the paper covers math and knowledge (search) QA; its "overall" averages their benchmarks.
 HEADLINE_TASKS = ("math", "search")

@@ -25,8 +25,8 @@ method runs on verl unchanged, and verl never learns which method runs (docs/ver
                Row.old_logprobs, advantages = returns = Row.advantages, per token) go to
                TransferQueue, then verl's pipeline as the RTPO trainer runs it: the trainer's
                `_compute_old_log_prob` (actor forward; the pre-update ratio exp(train - rollout)
-               and k3 KL(rollout || train) are measured here on mask == 1 tokens), old_log_probs :=
-               rollout logprobs on those tokens (the local engine's PPO convention), ref logprobs
+               and k3 KL(rollout || train) are measured here on mask == 1 tokens; its logprobs are
+               PPO's old, UpdateConfig.old = "recompute" as in the local engine), ref logprobs
                when the KL loss is on, and one `update_actor` on the whole batch (one mini-batch,
                `UpdateConfig.epochs` passes). No verl advantage estimator runs: the methods computed
                the advantages with the shared functions of `rtpo.methods.advantages`.

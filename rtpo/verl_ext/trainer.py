@@ -102,27 +102,15 @@ class RTPOTrainerMixin:
         d = data.to_padded_tensor()
         return masked_rollout_stats(d["old_log_probs"], d["rollout_log_probs"], d["response_mask"])
 
-    def _old_from_rollout(self, batch: KVBatchMeta) -> None:
-        """old_log_probs := rollout logprobs on trained tokens (the PPO ratio's denominator, as locally)."""
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                               select_fields=["old_log_probs", "rollout_log_probs", "response_mask"])
-        mask = data["response_mask"]
-        d = data.to_padded_tensor()
-        new_old = torch.where(d["response_mask"].bool(), d["rollout_log_probs"].to(d["old_log_probs"].dtype),
-                              d["old_log_probs"])
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                        fields=_td({"old_log_probs": response_to_nested(new_old, mask)}, len(batch)))
-
     def _score_for_update(self, batch: KVBatchMeta, metrics: dict[str, Any],
                           timing_raw: dict[str, Any]) -> tuple[KVBatchMeta, float, float, int]:
         """The actor's pass over a batch about to be trained, before any weight change: verl's old
-        logprobs, the rollout-training ratio / KL on trained tokens (paper Fig. 3), then
-        old := the rollout's logprobs (the PPO ratio's denominator, as LocalEngine.update), and the
+        logprobs (PPO's ratio denominator: UpdateConfig.old = "recompute", the rule of every method and
+        of LocalEngine.update), the rollout-training ratio / KL on trained tokens (paper Fig. 3), and the
         reference logprobs when a KL term is on. Returns (batch, ratio, KL, trained tokens)."""
         with marked_timer("old_log_prob", timing_raw, color="blue"):
             batch = self._compute_old_log_prob(batch, metrics=metrics)
         ratio, kl, n = self._measure_rollout_consistency(batch)
-        self._old_from_rollout(batch)
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
                 batch = self._compute_ref_log_prob(batch, metrics=metrics)
