@@ -31,7 +31,7 @@ class StepLog:
         self.tokens: dict[str, int] = defaultdict(int)
         self.time: dict[str, float] = defaultdict(float)
         self.turns: list[dict[str, Any]] = []
-        self.tool_calls = self.tool_errors = self.syncs = self.rollouts = 0
+        self.tool_calls = self.tool_errors = self.syncs = self.rollouts = self.overflows = 0
         self.rollouts_by_kind: dict[str, int] = defaultdict(int)  # by the kind of the first generated turn
         self.sync_kl: list[float] = []  # RTPO's kl:tau: KL(inference || train) measured before each stage
         self._ratio_num = self._kl_num = self._tok = 0.0
@@ -54,6 +54,7 @@ class StepLog:
         """Count the generated tokens (by each turn's kind), tool calls and complete rollouts."""
         for t in trajs:
             self.rollouts += 1
+            self.overflows += bool(t.info.get("context_overflow"))
             gen = t.generated_turns
             self.rollouts_by_kind[gen[0].kind if gen else "none"] += 1
             self.tool_calls += t.tool_calls
@@ -91,8 +92,13 @@ class StepLog:
             "kl_ref": (self._kl_ref_num / self._tok) if self._tok else None,
             "zero_adv_frac": (self._zero_rows / self._rows) if self._rows else None,
             "tokens": dict(self.tokens),
+            # tokens sampled this step (every generated turn once: a prefix shared by branches or siblings
+            # is generated, and counted, once)
+            "generated_tokens": int(sum(self.tokens.values())),
             "trained_tokens": int(self._tok),
             "rollouts_per_prompt": self.rollouts / max(1, n_prompts),
+            # share of the step's rollouts ended by the context bound (rtpo.rollout.Roller `rows`)
+            "context_overflow": (self.overflows / self.rollouts) if self.rollouts else None,
             "rollouts": {k: v / max(1, n_prompts) for k, v in sorted(self.rollouts_by_kind.items())},
             "tool_calls": self.tool_calls,
             "tool_errors": self.tool_errors,

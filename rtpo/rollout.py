@@ -166,8 +166,14 @@ class Roller:
     """Runs batched multi-turn rollouts for one task family with a fixed psi and sampling params."""
 
     def __init__(self, engine: Sampler, env_factory: EnvFactory, psi: str, params: SamplingParams,
-                 max_context: int | None = None, env_threads: int = 8):
+                 max_context: int | None = None, env_threads: int = 8, rows: str = "flat"):
         self.engine, self.env_factory, self.psi, self.params = engine, env_factory, validate_psi(psi), params
+        # what must stay below max_context before a turn is sampled (else the trajectory ends with
+        # info["context_overflow"], reward 0): "turn" (rows (c_k, turn k), RTPO): the context c_k only;
+        # "flat" (one row per trajectory, the baselines): c_k and the full history the row will hold
+        if rows not in ("flat", "turn"):
+            raise ValueError(f"Roller rows must be 'flat' or 'turn', not {rows!r}")
+        self.rows = rows
         self.env_threads = int(env_threads)  # envs stepped at once (1: one after another)
         self.tok = engine.tokenizer
         self.max_context = max_context or engine.max_context
@@ -247,7 +253,7 @@ class Roller:
                 forced = L.start.forced_action if (L.k == L.start.k and L.start.forced_action) else None
                 if forced is not None:
                     c = forced.context_ids  # replaying: keep the recorded c_k bit for bit
-                if len(c) + 1 >= self.max_context or len(t.full_ids) + 1 >= self.max_context:
+                if len(c) + 1 >= self.max_context or (self.rows == "flat" and len(t.full_ids) + 1 >= self.max_context):
                     t.done, t.truncated = True, True
                     t.info["context_overflow"] = True
                     continue

@@ -2,7 +2,10 @@
 
 Per step: draw `prompts_per_step` training tasks (a deterministic function of seed and step, so a
 resumed run draws the same ones), `method.step(...)`, append the record to metrics.jsonl, and
-checkpoint every `checkpoint_every` steps. A restarted run resumes from the last checkpoint, so a
+checkpoint every `checkpoint_every` steps. Online success is measured on a fixed held-out batch
+(`heldout_prompts` tasks of the training split that are never trained on, rolled out every
+`heldout_every` steps and at the last, with the same sampling seeds each time, by the weights the
+next step samples with), so that it shows the policy's change rather than each step's prompts. A restarted run resumes from the last checkpoint, so a
 killed run, rerun, ends with the same weights and metrics as an uninterrupted one.
 
 The checkpoint is one atomic unit (issue 20): `checkpoint/step-<N>/` holds the engine state
@@ -69,7 +72,8 @@ from rtpo.engine.base import SamplingParams, UpdateConfig
 from rtpo.inputs import CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
 from rtpo.envs.base import Task
 from rtpo.instrument import JsonlWriter, run_summary
-from rtpo.rollout import Roller
+from rtpo.instrument import is_success
+from rtpo.rollout import Roller, Start
 from rtpo.signals import Stopped, StopOnSigterm
 
 
@@ -111,6 +115,24 @@ def build_engine(model_dir: str | Path, cfg: dict[str, Any], seed: int, referenc
     torch.set_num_threads(int(m.get("threads", 1) or 1))
     return LocalEngine.from_pretrained(model_dir, seed=seed, reference=reference,
                                        device=str(m.get("device", "auto")), dtype=str(m.get("dtype", "auto")))
+
+
+def heldout_split(tasks: list[Task], n: int) -> tuple[list[Task], list[Task]]:
+    """(training tasks, held-out batch): the held-out batch is the first `n` tasks of the split, which
+    the training draws never use (n = 0: none)."""
+    if n >= len(tasks):
+        raise ValueError(f"train.heldout_prompts = {n}, but the training split has only {len(tasks)} tasks")
+    return tasks[n:], tasks[:n]
+
+
+def heldout_success(roller: Roller, batch: list[Task], seed: int) -> dict[str, float]:
+    """Online success of the current inference weights on the held-out batch: one rollout per task,
+    with seeds fixed per (run seed, task) so every measurement of a run samples with the same random
+    numbers (the change between two is the policy's)."""
+    trajs = roller.run([Start(t, first_kind="heldout", rest_kind="heldout", seed=seed * 7_919 + i)
+                        for i, t in enumerate(batch)])
+    return {"heldout_success": sum(is_success(t) for t in trajs) / len(trajs),
+            "heldout_reward": sum(t.reward for t in trajs) / len(trajs)}
 
 
 def seed_everything(seed: int) -> None:
@@ -253,10 +275,10 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
     seed_everything(seed)
-    tasks = load_tasks(train_file, kind=task)
+    tasks, heldout = heldout_split(load_tasks(train_file, kind=task), int(tr.get("heldout_prompts", 0)))
     engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)
     params = SamplingParams(max_new_tokens=int(env_cfg["max_new_tokens"]), temperature=float(tr["temperature"]))
-    roller = Roller(engine, env_factory(env_cfg), psi, params)
+    roller = Roller(engine, env_factory(env_cfg), psi, params, rows=get_method(method).rows)
     algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
 
     log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
@@ -267,7 +289,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
         log.path.unlink()  # no checkpoint: start over
 
     steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
-    every = int(tr.get("checkpoint_every", 1))
+    every, probe_every = int(tr.get("checkpoint_every", 1)), int(tr.get("heldout_every", 1))
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
                initial=start, total=steps)
@@ -277,6 +299,8 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
         fault_point("step-begin", step)
         batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
         rec = algo.step(batch, step)
+        if heldout and ((step + 1) % probe_every == 0 or step + 1 == steps):
+            rec.update(heldout_success(roller, heldout, seed))
         rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
                    weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
         log.write(rec)

@@ -171,3 +171,39 @@ def test_multi_turn_tool_rollout_with_think_blocks(tok, psi, form):
     if form == "canonical":
         # the prefix property: the concatenation is exactly the template's render of the whole history
         assert text + "\n" == tok.apply_chat_template(traj.messages, tokenize=False)
+
+
+def test_rtpo_rows_bound_the_context_only_so_long_thinking_reaches_turn_k(tok):
+    """Issue 37.1: RTPO's rows are (c_k, turn k), so under psi = qwen3 only c_k (earlier <think>
+    blocks stripped) must fit; the full history, which keeps every think block, may grow past the
+    bound. A long-thinking three-turn episode under a bound that c_k always fits but the full history
+    passes at turn 2: the turn-row roller reaches turn K = 3 and the answer; the flat-row roller (the
+    baselines, whose rows hold the full history) ends it with context_overflow. With the bound
+    applied to the full history for both (the code before the fix), RTPO was cut like the baselines."""
+    from rtpo.envs import make_env
+    from rtpo.instrument import StepLog
+
+    think = "<think>\n" + "Let me think about this carefully. " * 60 + "\n</think>\n\n"
+    turns = [think + CALL % "7708 - 265", think + CALL % "7443 + 1", think + "The answer is \\boxed{7443}."]
+    task = Task(id="m0", kind="math", question="A farm has 7708 eggs. It sells 265 eggs. How many eggs does it have now?",
+                answers=["7443"])
+
+    def roll(rows: str, bound: int):
+        roller = Roller(Scripted(tok, turns), lambda t: make_env(t, max_turns=3), "qwen3",
+                        SamplingParams(max_new_tokens=512), max_context=bound, rows=rows)
+        return roller.run([Start(task)])[0]
+
+    free = roll("flat", 1 << 16)   # no bound reached: the lengths the bound is set between
+    longest_context = max(len(b.context_ids) for b in free.boundaries)
+    last_history = len(free.boundaries[-1].full_ids)
+    assert longest_context + 200 < last_history  # the think blocks make the full history much longer
+    bound = longest_context + 100                # c_k always fits; the full history at turn 2 does not
+
+    rtpo = roll("turn", bound)
+    assert len(rtpo.turns) == 3 and rtpo.reward == 1.0 and not rtpo.info.get("context_overflow")
+    flat = roll("flat", bound)
+    assert len(flat.turns) < 3 and flat.reward == 0.0 and flat.info.get("context_overflow")
+    # the step record counts the cut rollouts
+    stats = StepLog()
+    stats.add_trajectories([rtpo, flat])
+    assert stats.record([rtpo, flat], n_prompts=1)["context_overflow"] == 0.5

@@ -47,7 +47,7 @@ def _report(workdir: Path, config: Path, what: str = "all") -> int:
 def tree(tmp_path_factory):
     """A full synthetic tree (3 seeds, also for the ablations; every study of config.yaml) and its report."""
     work = tmp_path_factory.mktemp("report")
-    cfg = fixture_config(**{"train.steps": STEPS, "ablations.seeds": [0, 1, 2]})
+    cfg = fixture_config(**{"train.steps": STEPS, "seeds": [0, 1, 2], "ablations.seeds": [0, 1, 2]})
     config = write_config(cfg, work / "config.yaml")
     make_results_tree(work, cfg)
     assert _report(work, config) == 0
@@ -134,7 +134,7 @@ def test_table1_cell_is_mean_of_eval_json(tree):
         row = df[(df.task == task) & (df.method == method) & (df.benchmark == bench)].iloc[0]
         assert row["mean"] == pytest.approx(np.mean(raw), abs=1e-12)
         assert row["std"] == pytest.approx(np.std(raw, ddof=1), abs=1e-12)
-        assert row["n"] == 3
+        assert row["n"] == len(cfg["seeds"])
         # the Markdown cell shows the same number in percent
         grid = _md_grid(work / "results" / "tables" / "table01_main.md")
         head = grid[0]
@@ -654,7 +654,7 @@ def test_steplog_records_clip_kl_ref_and_rollout_kinds():
     def traj(kind, reward=0.0):
         turn = SimpleNamespace(kind=kind, action_ids=[1, 2, 3])
         return SimpleNamespace(generated_turns=[turn], turns=[turn], tool_calls=0, tool_errors=0, reward=reward,
-                               truncated=False, response_tokens=3)
+                               truncated=False, response_tokens=3, info={})
     log = StepLog()
     trunks = [traj("trunk", 1.0), traj("trunk")]
     log.add_trajectories(trunks)
@@ -695,7 +695,7 @@ def test_smoke_sized_config_reads_only_what_it_names(tmp_path):
 
 
 def test_missing_run_is_listed_and_left_out(tmp_path):
-    cfg = fixture_config(**{"train.steps": 3, "ablations.seeds": [0]})
+    cfg = fixture_config(**{"train.steps": 3, "seeds": [0, 1, 2], "ablations.seeds": [0]})
     config = write_config(cfg, tmp_path / "config.yaml")
     make_results_tree(tmp_path, cfg, theory=False)
     gone = tmp_path / "results" / "eval" / "math" / "grpo" / "seed1.json"

@@ -8,6 +8,7 @@ copy of workflow/ and config/ (tests/conftest.py).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -117,7 +118,12 @@ def test_dry_run_of_every_config(wf, name):
     written = sorted((touched / "results" / "config").glob(f"{cfg['name']}-*.yaml"))
     assert len(written) == 1, "no effective config written"
     eff = load_config(written[-1])
-    assert {k: v for k, v in eff.items() if k != "ablations"} == {k: v for k, v in cfg.items() if k != "ablations"}
+    # ... with the schema's defaults filled in, as Snakemake's validate() does for the keys a config omits
+    from snakemake.utils import validate
+
+    expected = copy.deepcopy(cfg)
+    validate(expected, schema=str(ROOT / "rtpo" / "config.schema.yaml"))
+    assert {k: v for k, v in eff.items() if k != "ablations"} == {k: v for k, v in expected.items() if k != "ablations"}
     assert "seeds_per_job" in cfg  # every shipped config says how its seeds are grouped into jobs
 
 

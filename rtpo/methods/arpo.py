@@ -103,7 +103,7 @@ class ARPO(Method):
         r = self.roller  # same engine, env, psi and sampling, plus the first-token entropies
         self.entropy_roller = Roller(r.engine, r.env_factory, r.psi,
                                      dataclasses.replace(r.params, entropy_tokens=self.entropy_tokens),
-                                     max_context=r.max_context)
+                                     max_context=r.max_context, rows=r.rows)
 
     def entropy(self, turn: Turn) -> float:
         """H of a turn as ARPO measures it (0 when the engine gave none, as ARPO does for no tokens)."""

@@ -82,6 +82,11 @@ def flatten_row(traj: Trajectory, advantage: float, max_context: int, train_copi
 
 class Method:
     name = "base"
+    # The training rows the method builds, which bound its rollout (rtpo.rollout.Roller `rows`):
+    # "flat": one row per trajectory holding the whole episode (prompt + every turn), so a trajectory
+    # ends when its full history would no longer fit; "turn": rows (c_k, turn k) (RTPO), so only the
+    # context c_k = psi(S_k) plus the turn's response must fit, however long the full history grows.
+    rows = "flat"
 
     def __init__(self, engine: PolicyEngine, roller: Roller, cfg: dict[str, Any], update: UpdateConfig,
                  temperature: float = 1.0) -> None:

@@ -61,6 +61,7 @@ class Stage:
 
 class RTPO(Method):
     name = "rtpo"
+    rows = "turn"   # rows (c_k, turn k): the rollout bounds c_k + response only (rtpo.rollout.Roller)
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)

@@ -183,13 +183,16 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
             rew = res.step_rows(MAIN, "", t)["reward_mean"].dropna()
             if len(rew) and rew.min() >= 0:  # non-negative rewards: start the axis at 0
                 _from_zero(axes[0, j], 0.1)
-            if not _plot_curves(axes[1, j], res, t, "success_rate", 100):
+            col = res.online_column(t)
+            if not _plot_curves(axes[1, j], res, t, col, 100):
                 _empty(axes[1, j])
             _from_zero(axes[1, j], 10.0)
-            axes[1, j].set_ylabel("online success (% of trajectories)" if j == 0 else "")
+            axes[1, j].set_ylabel(("held-out success (%)" if col == "heldout_success" else
+                                   "online success (% of trajectories)") if j == 0 else "")
             axes[1, j].set_xlabel("training step")
             _int_steps(axes[1, j])
-        fig.suptitle(f"Training curves: on-policy first-pass trajectories per step\n{band_note(res)}", fontsize=12)
+        fig.suptitle(f"Training curves: mean reward of each step's trajectories; success on a fixed held-out batch "
+                     f"where recorded\n{band_note(res)}", fontsize=12)
         _legend_below(fig, axes, order=[method_label(m) for m in res.cfg.get("methods", [])])
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         return _save(fig, outdir, "fig_training_curves")

@@ -250,7 +250,7 @@ def airline(res: Results) -> list[Claim]:
         return res.eval_by_seed(AIRLINE, m, "overall", metric)
 
     def online(m: str, window: tuple[float, float]) -> PerSeed:
-        return res.steps_by_seed(AIRLINE, m, "success_rate", window=window)
+        return res.steps_by_seed(AIRLINE, m, res.online_column(AIRLINE), window=window)
     k = res.eval_k()
     out = []
     for m in ("grpo", "tree_grpo"):
@@ -292,11 +292,11 @@ def airline(res: Results) -> list[Claim]:
     for m in ("grpo", "tree_grpo"):
         out.append(Claim(
             f"G.1-online-{m}", PAPER["airline_online"], f"RTPO's online success beats {method_label(m)} from the "
-            "early phase onward", f"RTPO − {method_label(m)}: online success_rate, mean over the last 60 % of steps",
+            "early phase onward", f"RTPO − {method_label(m)}: online success ({res.online_column(AIRLINE)}), mean over the last 60 % of steps",
             "pp", _pp(online("rtpo", FROM_40), online(m, FROM_40)), evidence="table07_airline_online"))
     out.append(Claim(
         "G.1-late-decline", PAPER["airline_late_decline"], "RTPO's online success declines at the end of training",
-        "RTPO: success_rate over the last fifth of steps − over the fourth fifth", "pp",
+        f"RTPO: online success ({res.online_column(AIRLINE)}) over the last fifth of steps − over the fourth fifth", "pp",
         _pp(online("rtpo", LATE), online("rtpo", FOURTH)), sign=-1, evidence="table07_airline_online"))
     return out
 

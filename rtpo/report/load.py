@@ -50,9 +50,9 @@ NON_STUDY_KEYS = ("seeds", "theory")
 STEP_REQUIRED = ("step",)
 # JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
 # Unknown string fields (e.g. "psi") are kept as strings.
-STEP_NUMERIC = ("step", "seed", "reward_mean", "success_rate", "ratio_mean", "kl_rollout_train", "zero_adv_frac",
+STEP_NUMERIC = ("step", "seed", "reward_mean", "success_rate", "heldout_success", "heldout_reward", "context_overflow", "ratio_mean", "kl_rollout_train", "zero_adv_frac",
                 "geo_ratio", "abs_dlogp", "clip_share",
-                "trained_tokens", "rollouts_per_prompt", "tool_calls", "tool_errors", "syncs", "loss", "grad_norm",
+                "trained_tokens", "generated_tokens", "rollouts_per_prompt", "tool_calls", "tool_errors", "syncs", "loss", "grad_norm",
                 "lr", "weight_version", "train_version")
 STEP_NUMERIC_DICTS = ("tokens", "time", "trunks")
 EVAL_REQUIRED = ("task", "method", "seed", "k", "benchmarks", "overall")
@@ -332,6 +332,16 @@ class Results:
         self._eval_idx = _index(self.evals, ["scope", "variant", "task", "method", "benchmark"])
         self._eval_run_idx = _index(self.evals, ["scope", "variant", "task", "method"])
         self._problem_idx = _index(self.problems, ["scope", "variant", "task", "method"])
+
+    def online_column(self, task: str, scope: str = MAIN, variant: str = "") -> str:
+        """The step column that measures online success on `task`: `heldout_success` (a fixed held-out
+        batch, train.heldout_prompts > 0) where the runs recorded it, else `success_rate` (each step's
+        own training prompts: their difficulty changes from step to step, the policy's change does not
+        show alone)."""
+        df = self.step_rows(scope, variant, task)
+        if not df.empty and "heldout_success" in df.columns and df["heldout_success"].notna().any():
+            return "heldout_success"
+        return "success_rate"
 
     def step_rows(self, scope: str = MAIN, variant: str = "", task: str | None = None,
                   method: str | None = None) -> pd.DataFrame:

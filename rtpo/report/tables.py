@@ -459,19 +459,23 @@ AIRLINE = "airline"
 def table07_airline_online(res: Results) -> list[Table]:
     if AIRLINE not in tasks_with(res, "steps"):
         return []
+    col = res.online_column(AIRLINE)
     df = res.step_rows(MAIN, "", AIRLINE)
-    steps = pick_steps(df.step)
+    steps = pick_steps(df.step[df[col].notna()])
     rows, disp = [], []
     for m in methods_with(res, AIRLINE, "steps"):
         line = {"method": method_label(m)}
         for s in steps:
-            d = step_values(res, AIRLINE, m, "success_rate", s)
-            rows.append(cell({"task": AIRLINE, "method": m, "step": s}, "success_rate", "fraction", d))
+            d = step_values(res, AIRLINE, m, col, s)
+            rows.append(cell({"task": AIRLINE, "method": m, "step": s}, col, "fraction", d))
             line[f"step {s}"] = ms(d, 100)
         disp.append(line)
-    notes = ["online success (%) of the step's on-policy first-pass trajectories (trunks / chains) at the "
-             "training step shown (`step` as logged in metrics.jsonl, 0-based); at most 6 evenly spaced steps.",
-             seeds_note(res)]
+    what = ("success (%) on a fixed held-out batch of training-split tasks that no step trains on (one "
+            "rollout each, the same sampling seeds at every measurement), by the weights after the step shown"
+            if col == "heldout_success" else
+            "online success (%) of the step's on-policy first-pass trajectories (trunks / chains): each step "
+            "draws other prompts, so a step's value mixes the policy's change with its prompts' difficulty")
+    notes = [what + "; `step` as logged in metrics.jsonl, 0-based; at most 6 evenly spaced steps.", seeds_note(res)]
     return [Table("table07_airline_online", "Table 7: airline, online success per training step (%)",
                   pd.DataFrame(rows), pd.DataFrame(disp), notes)]
 
@@ -937,6 +941,9 @@ def budget_cells(res: Results) -> list[dict[str, Any]]:
             out.append({"task": t, "method": m, "paper": paper[m], "median": median, "dev": dev,
                         "flag": (not math.isnan(dev)) and abs(dev) > 100 * BUDGET_TOLERANCE,
                         "all": res.steps_by_seed(t, m, "rollouts_per_prompt", "mean"), "turns": turns,
+                        "generated": res.steps_by_seed(t, m, "generated_tokens", "mean"),
+                        "trained": res.steps_by_seed(t, m, "trained_tokens", "mean"),
+                        "overflow": res.steps_by_seed(t, m, "context_overflow", "mean"),
                         "match": match, "settings": settings})
     return out
 
@@ -952,6 +959,9 @@ def table_budget(res: Results) -> list[Table]:
                      "task_median": c["median"], "dev_from_median_pct": c["dev"], "flag": bool(c["flag"])})
         rows.append(cell(keys, "rollouts_per_prompt", "rollouts", c["all"]))
         rows.append(cell(keys, "trunks_turns_mean", "turns", c["turns"]))
+        rows.append(cell(keys, "generated_tokens_per_step", "tokens", c["generated"]))
+        rows.append(cell(keys, "trained_tokens_per_step", "tokens", c["trained"]))
+        rows.append(cell(keys, "context_overflow", "fraction", c["overflow"]))
         st = c["settings"]
         knobs = ", ".join(f"{k} {st[k]}" for k in ("chains", "trunks", "group_size", "trees", "expansions",
                                                    "rounds", "initial", "total") if k in st)
@@ -965,6 +975,9 @@ def table_budget(res: Results) -> list[Table]:
                      "outside ±10 %": "YES" if c["flag"] else "no",
                      "all complete trajectories / prompt": ms(c["all"], 1, 2),
                      "realized turns / first-pass traj.": ms(c["turns"], 1, 2),
+                     "generated tokens / step": ms(c["generated"], 1, 0),
+                     "trained tokens / step": ms(c["trained"], 1, 0),
+                     "ended by context bound (%)": ms(c["overflow"], 100, 1),
                      "closest RTPO (trunks, G) to the median": match})
     flagged = [f"{c['task']}/{method_label(c['method'])} ({c['dev']:+.0f} %)" for c in cells if c["flag"]]
     notes = [
@@ -975,6 +988,11 @@ def table_budget(res: Results) -> list[Table]:
         "trajectories' also counts RTPO's regenerated trunk continuations from S_{k+1} (T·G·L in total).",
         f"flag: more than ±{100 * BUDGET_TOLERANCE:.0f} % from the median over the task's methods. Flagged: "
         + (", ".join(flagged) if flagged else "none") + ".",
+        "generated tokens: every sampled turn once (a prefix shared by tree branches or RTPO siblings is "
+        "generated once); trained tokens: the response tokens of the rows updated (a flattened row trains every "
+        "turn of its trajectory, so a shared prefix is trained once per row holding it); ended by context bound: "
+        "share of rollouts cut because the next context would not fit (RTPO: c_k only; flat-row methods: the "
+        "full history), mean over steps.",
         "closest RTPO (trunks, G): the integer T ≤ 8, 2 ≤ G ≤ 8 whose T·(1 + (G − 1)·L) at this run's measured "
         "mean realized trunk turns L is nearest the task median (a budget suggestion; L changes as the policy "
         "learns, so the match holds for the turns measured here).",

@@ -268,7 +268,8 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         # rollout contexts stay below rtpo.rollout_max_context (launch: prompt_length for RTPO's rows
         # (c_k, turn k), whose c_k must fit verl's prompt slot; else the engine's max_context)
         self.roller = Roller(self.engine, make_env_factory(self.rtpo), str(self.rtpo.get("psi", "full")), params,
-                             max_context=int(self.rtpo.get("rollout_max_context") or max_context))
+                             max_context=int(self.rtpo.get("rollout_max_context") or max_context),
+                             rows=self.method_cls.rows)
         self.method = self.method_cls(self.engine, self.roller, self.method_cfg, self.engine.update_cfg,
                                       float(rc.temperature))
         if self._resume_dir is not None:  # verl restored the weights in super()._setup(); now the rest
