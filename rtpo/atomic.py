@@ -8,14 +8,18 @@ RENAME_EXCHANGE (Linux), else moved aside for the rename (a moment without the d
 half-written one). Files are fsync'ed before the rename, and the directory after it, so a crash of
 the machine keeps the old or the new version as well as a killed process does.
 
-A killed writer leaves its temporary behind: `.{name}.tmp-*` next to the target. The next write of
-the same target removes those first, so a rerun cleans up after a killed run without help. (One
-writer per target at a time, which Snakemake guarantees for job outputs.)
+A killed writer leaves its temporary behind: `.{name}.tmp-{pid}-*` next to the target. The next
+write of the same target removes those whose writer is gone (its pid no longer runs) or is this
+process, so a rerun cleans up after a killed run without help and never deletes a live writer's
+temporary. One writer per target at a time: Snakemake guarantees it for job outputs, and `rtpo
+train` / `rtpo evaluate` hold `exclusive(run directory or output)` (issue 39), an fcntl lock the
+kernel releases when the process dies, so a killed run never blocks its rerun.
 
     atomic_write_text(path, text)           summary.json, eval JSON, tables
     atomic_call(path, fig.savefig, dpi=150) a library that writes to a path itself (df.to_csv, savefig)
     with atomic_path(path) as tmp: ...      the same as a block
     with atomic_dir(path) as tmp: ...       a directory (final/, a model directory)
+    with exclusive(run_dir): ...            one writer per run directory (or output file)
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import shutil
 import uuid
@@ -42,15 +47,30 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and TMP_MARK in name
 
 
+def _writer_alive(name: str, prefix: str) -> bool:
+    """Whether the temporary `name` (`{prefix}{pid}-{random}...`) belongs to another process still running."""
+    pid = name[len(prefix):].split("-", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it runs, under another user
+        return True
+    return True
+
+
 def remove_leftovers(path: str | os.PathLike) -> list[Path]:
-    """Remove what killed writes of `path` left behind (`.{name}.tmp-*` next to it); returns them."""
+    """Remove what killed writes of `path` left behind (`.{name}.tmp-*` next to it, from a process that
+    no longer runs, or from this one); returns them. A live writer's temporary is left alone."""
     path = Path(path)
     prefix = f".{path.name}{TMP_MARK}"
     removed = []
     if not path.parent.is_dir():
         return removed
     for entry in path.parent.iterdir():
-        if entry.name.startswith(prefix):
+        if entry.name.startswith(prefix) and not _writer_alive(entry.name, prefix):
             _remove(entry)
             removed.append(entry)
     return removed
@@ -192,3 +212,60 @@ def _exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
         return False  # the filesystem (NFS, some FUSE) does not support it
     raise OSError(err, f"renameat2({a}, {b}, RENAME_EXCHANGE): {os.strerror(err)}")
+
+
+# ------------------------------------------------------------------------------ one writer per run
+class Busy(ValueError):
+    """Another live process holds the lock of a run directory or output (exit 2 names both)."""
+
+
+_held: dict[Path, tuple[int, int]] = {}   # lock file -> (fd, depth): re-entrant within one process
+
+
+def lock_file(target: str | os.PathLike) -> Path:
+    """The lock of `target` (a run directory, an eval JSON): `.{name}.lock` beside it, so that taking
+    it creates nothing inside a run directory before the run's inputs are read."""
+    target = Path(target)
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextlib.contextmanager
+def exclusive(target: str | os.PathLike, what: str = "writing") -> Iterator[Path]:
+    """Hold an exclusive `flock` on `target`'s lock file for the block (re-entrant in one process).
+
+    A second process asking for it gets `Busy` at once, naming the target and the holder's pid (which
+    the holder writes into the lock file). The kernel drops the lock when the holder exits or is
+    killed, so a dead run never blocks its rerun; the lock file itself stays (removing it would let a
+    third process lock a new file while the second still holds the old one)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    lf = lock_file(target).resolve()
+    if lf in _held:  # this process holds it already (train_seeds, then train of one seed)
+        fd, depth = _held[lf]
+        _held[lf] = (fd, depth + 1)
+        try:
+            yield lf
+        finally:
+            fd, depth = _held[lf]
+            _held[lf] = (fd, depth - 1)
+        return
+    fd = os.open(lf, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise Busy(f"{target}: another process (pid {holder}) is {what} it; wait for it to end or stop it "
+                   f"(its lock: {lf}; the kernel releases it when that process exits)") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[lf] = (fd, 1)
+    try:
+        yield lf
+    finally:
+        fd, depth = _held[lf]
+        if depth <= 1:
+            del _held[lf]
+            os.close(fd)  # closing the descriptor releases the flock
+        else:
+            _held[lf] = (fd, depth - 1)

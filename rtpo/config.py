@@ -7,6 +7,7 @@ the workflow's rerun fingerprints (rtpo.dag) both call these, so a key has one l
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,29 @@ def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> Non
         raise ConfigError(f"{source}: the value {val!r} is not valid YAML ({' '.join(str(e).split())})") from None
 
 
+def nonfinite_keys(node: Any, where: tuple[str, ...] = ()) -> list[list[str]]:
+    """The key paths of every NaN / +-inf number in a config (YAML reads `.nan`, `.inf` as floats; the
+    schema's bounds cannot refuse them: NaN <= 0 and NaN > 0 are both false)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return [list(where)]
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in nonfinite_keys(v, (*where, str(k)))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in nonfinite_keys(v, (*where, str(i)))]
+    return []
+
+
 def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
-    """Validate against the JSON schema; the error names the offending key path."""
+    """Validate against the JSON schema, numbers finite; the error names the offending key path."""
     import jsonschema
+
+    bad = nonfinite_keys(cfg)
+    if bad:
+        where = ".".join(bad[0])
+        detail = f"invalid config at '{where}': {_get(cfg, bad[0])!r} is not a finite number"
+        err = ConfigError(f"{source}: {detail}")
+        err.where, err.detail = bad[0], detail
+        raise err
 
     schema = yaml.safe_load(SCHEMA.read_text())
     errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(cfg), key=lambda e: list(e.absolute_path))
@@ -94,6 +115,12 @@ def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
         err = ConfigError(f"{source}: invalid config at '{where}': {e.message}")
         err.where, err.detail = [str(x) for x in e.absolute_path], f"invalid config at '{where}': {e.message}"
         raise err
+
+
+def _get(cfg: Any, path: list[str]) -> Any:
+    for k in path:
+        cfg = cfg[int(k)] if isinstance(cfg, list) else cfg[k]
+    return cfg
 
 
 def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, Any]:

@@ -25,11 +25,11 @@ from typing import Any
 
 from rtpo.progress import progress as tqdm
 
-from rtpo.atomic import atomic_write_text
+from rtpo.atomic import atomic_write_text, exclusive
 from rtpo.config import method_settings
 from rtpo.engine.base import SamplingParams
 from rtpo.metrics import aggregate_pass_at_k, trajectory_stats
-from rtpo.instrument import is_success
+from rtpo.instrument import dumps, is_success
 from rtpo.rollout import Roller, Start, Trajectory
 from rtpo.train import SeedsFailed, build_engine, env_factory, load_tasks
 
@@ -130,7 +130,15 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
              trajectories: str | Path | None = None) -> dict[str, Any]:
     """engine: "local" (LocalEngine) or "verl" (verl's rollout servers in standalone mode, vLLM on GPUs;
     rtpo.verl_ext.eval_servers); default: the config's `engine`. trajectories: also write every
-    trajectory's sampled tokens to this JSONL file."""
+    trajectory's sampled tokens to this JSONL file. One writer per `out` (issue 39): a second process
+    evaluating into the same file exits 2 naming it and the first one's pid."""
+    with exclusive(out, "evaluating into"):
+        return _evaluate(model_dir, method, task, cfg, seed, eval_file, out, engine, trajectories)
+
+
+def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any], seed: int,
+              eval_file: str | Path, out: str | Path, engine: str | None,
+              trajectories: str | Path | None) -> dict[str, Any]:
     name = str(engine or cfg.get("engine", "local"))
     if name not in ("local", "verl"):
         raise ValueError(f"engine must be local or verl, got {name!r}")
@@ -194,7 +202,7 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
     if trajectories is not None:
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
         Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
-    atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True))  # issue 20: renamed into place
+    atomic_write_text(out, dumps(result, indent=1, sort_keys=True))  # issue 20: renamed into place
     return result
 
 

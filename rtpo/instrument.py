@@ -162,6 +162,25 @@ def run_summary(recs: list[dict[str, Any]], **head: Any) -> dict[str, Any]:
             "time_total": sum(r.get("time", {}).get("total", 0.0) for r in recs)}
 
 
+def strict(obj: Any) -> Any:
+    """`obj` with every non-finite float (NaN, +-inf) replaced by None: what the project writes is strict
+    JSON (json.dumps would write a bare NaN, which other readers refuse). A training quantity that is
+    not finite stops the run before it is written (rtpo.train.check_finite); this is for the rest
+    (a mean over nothing)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kw: Any) -> str:
+    """json.dumps of `strict(obj)`, refusing anything else non-finite (allow_nan=False)."""
+    return json.dumps(strict(obj), allow_nan=False, **kw)
+
+
 class JsonlWriter:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -169,7 +188,7 @@ class JsonlWriter:
 
     def write(self, rec: dict[str, Any]) -> None:
         with self.path.open("a") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.write(dumps(rec, sort_keys=True) + "\n")
             f.flush()
 
     def read(self) -> list[dict[str, Any]]:
@@ -180,4 +199,4 @@ class JsonlWriter:
     def truncate_after(self, step: int) -> None:
         """Drop records of steps > step (a resumed run rewrites them)."""
         recs = [r for r in self.read() if r.get("step", -1) <= step]
-        self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in recs))
+        self.path.write_text("".join(dumps(r, sort_keys=True) + "\n" for r in recs))

@@ -52,7 +52,10 @@ at each point inside a write (ckpt-begin .. ckpt-renamed, final-exported) to wid
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -66,12 +69,12 @@ import numpy as np
 import torch
 from rtpo.progress import progress as tqdm
 
-from rtpo.atomic import atomic_dir, atomic_write_text, remove_leftovers
+from rtpo.atomic import atomic_dir, atomic_write_text, exclusive, remove_leftovers
 from rtpo.config import env_options, method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
-from rtpo.inputs import CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
+from rtpo.inputs import MANIFEST, CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
 from rtpo.envs.base import Task
-from rtpo.instrument import JsonlWriter, run_summary
+from rtpo.instrument import JsonlWriter, dumps, run_summary
 from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start
 from rtpo.signals import Stopped, StopOnSigterm
@@ -176,15 +179,16 @@ def prune_checkpoints(root: Path, keep: Path) -> None:
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
 
 
-def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWriter) -> Path:
+def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWriter,
+                    identity: dict[str, Any] | None = None) -> Path:
     """Write checkpoint/step-<step>/ atomically (temporary directory, renamed into place), then
-    remove older ones."""
+    remove older ones. identity: the run's identity (`run_identity`), checked on resume."""
     final = root / f"step-{step:08d}"
     fault_point("ckpt-begin", step, slow=True)
     with atomic_dir(final) as tmp:
         engine.save(tmp)                       # LocalEngine: tmp/engine.pt
         fault_point("ckpt-engine", step, slow=True)
-        (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state()}))
+        (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state(), "identity": identity}))
         shutil.copyfile(log.path, tmp / "metrics.jsonl")
         write_manifest(tmp)                    # last: it covers every file above
         fault_point("ckpt-files", step, slow=True)
@@ -234,10 +238,13 @@ def check_checkpoint_files(ck: Path, step: int) -> None:
     verify_manifest(ck, required=True)
 
 
-def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int:
+def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter,
+                    identity: dict[str, Any] | None = None) -> int:
     """Resume from the newest checkpoint under `root`: returns the next step (0 without one).
 
-    Raises CheckpointError (naming the directory) when it cannot be read; nothing is changed then.
+    Raises CheckpointError (naming the directory) when it cannot be read, or when it is of another run
+    than `identity` (a checkpoint without one, written before issue 39, is not compared); nothing is
+    changed then.
     """
     found = checkpoint_dirs(root)
     if not found:
@@ -249,8 +256,16 @@ def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int
         metrics = (ck / "metrics.jsonl").read_text()
         if int(state["step"]) != step:
             raise ValueError(f"state.json says step {state['step']}")
+        if identity is not None and state.get("identity") is not None:
+            differ = identity_diff(state["identity"], identity)
+            if differ:
+                raise CheckpointError(f"{ck}: this checkpoint is of another run ({differ}); resuming would mix two "
+                                      f"runs' weights and records. Train into another --out, or delete {root} to "
+                                      "train this run from scratch")
         engine.load(ck)
         algo.load_state(state.get("method", {}))
+    except CheckpointError:
+        raise
     except CorruptFileError as e:
         raise CheckpointError(f"{e}; cannot resume from the checkpoint {ck}: delete {root} to train this "
                               "run from scratch") from None
@@ -262,13 +277,75 @@ def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter) -> int
     return step + 1
 
 
+# ------------------------------------------------------------------------------ run identity, finite numbers
+def _sha256_files(files: list[Path]) -> str | None:
+    h, seen = hashlib.sha256(), False
+    for f in files:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+            seen = True
+    return h.hexdigest()[:16] if seen else None
+
+
+def run_identity(method: str, task: str, seed: int, settings: dict[str, Any], model_dir: str | Path) -> dict[str, Any]:
+    """What a checkpoint must match to be resumed (issue 39): method, task, seed, a hash of the effective
+    settings (`method_settings`, all but train.steps, so that a finished run can be extended), and the
+    base model's and tokenizer's hashes (the model directory's checksum manifest when it has one, else
+    its config.json; its tokenizer files)."""
+    settings = copy.deepcopy(settings)
+    settings.get("train", {}).pop("steps", None)
+    md = Path(model_dir)
+    return {"method": method, "task": task, "seed": int(seed),
+            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16],
+            "model": _sha256_files([md / MANIFEST] if (md / MANIFEST).is_file() else [md / "config.json"]),
+            "tokenizer": _sha256_files([md / n for n in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+                                                         "merges.txt", "special_tokens_map.json")])}
+
+
+def identity_diff(saved: dict[str, Any], now: dict[str, Any]) -> str:
+    """'key: saved -> now' for every key that differs, '' when they match."""
+    return "; ".join(f"{k}: checkpoint {saved.get(k)!r}, this run {now.get(k)!r}"
+                     for k in now if saved.get(k) != now.get(k))
+
+
+class NonFiniteError(ValueError):
+    """A training quantity or weight that is not finite: the run stops (exit 2) before it is recorded."""
+
+
+TRAINING_QUANTITIES = ("loss", "grad_norm", "reward_mean")
+
+
+def check_finite(rec: dict[str, Any], engine: Any, step: int, out: Path, ckpt: Path) -> None:
+    """Stop at the first step whose loss, gradient norm or reward, or any training weight, is not finite
+    (a NaN learning rate or temperature, an overflow): nothing of that step is written, the last good
+    checkpoint stays, no final/ is made."""
+    bad = [f"{k} = {rec[k]}" for k in TRAINING_QUANTITIES
+           if isinstance(rec.get(k), (int, float)) and not math.isfinite(rec[k])]
+    weights = getattr(engine, "weights_finite", None)
+    if weights is not None and not weights():
+        bad.append("a training weight is NaN or infinite")
+    if bad:
+        last = checkpoint_dirs(ckpt)
+        kept = f"the last good checkpoint is {last[-1][1]}" if last else "no checkpoint was saved"
+        raise NonFiniteError(f"{out}: step {step}: {', '.join(bad)}; training stopped ({kept}; no final/ was "
+                             "written). Check the learning rate, temperature and other numeric settings")
+
+
 def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Path, model_dir: str | Path,
           train_file: str | Path, progress: bool = True, stop: StopOnSigterm | None = None) -> dict[str, Any]:
     """Train one (method, task, seed) into `out`. stop: the caller's SIGTERM flag (several seeds in one
-    process share one); by default this call installs its own."""
+    process share one); by default this call installs its own. One writer per run directory (issue 39):
+    a second process training into `out` exits 2 naming it and the first one's pid, before it reads or
+    removes anything there."""
     if stop is None:
         with StopOnSigterm() as own:
             return train(method, task, cfg, seed, out, model_dir, train_file, progress, own)
+    with exclusive(out, "training into"):
+        return _train(method, task, cfg, seed, Path(out), model_dir, train_file, progress, stop)
+
+
+def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, model_dir: str | Path,
+           train_file: str | Path, progress: bool, stop: StopOnSigterm) -> dict[str, Any]:
     from rtpo.methods.registry import get_method
 
     out = Path(out)
@@ -283,7 +360,8 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
 
     log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
     ckpt = out / "checkpoint"
-    start = load_checkpoint(ckpt, engine, algo, log)   # every input is read before anything is changed
+    identity = run_identity(method, task, seed, s, model_dir)
+    start = load_checkpoint(ckpt, engine, algo, log, identity)   # every input is read before anything is changed
     remove_leftovers(log.path)
     if start == 0 and log.path.exists():
         log.path.unlink()  # no checkpoint: start over
@@ -299,6 +377,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
         fault_point("step-begin", step)
         batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
         rec = algo.step(batch, step)
+        check_finite(rec, engine, step, out, ckpt)
         if heldout and ((step + 1) % probe_every == 0 or step + 1 == steps):
             rec.update(heldout_success(roller, heldout, seed))
         rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
@@ -306,7 +385,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
         log.write(rec)
         bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
         if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
-            saved = save_checkpoint(ckpt, step, engine, algo, log)
+            saved = save_checkpoint(ckpt, step, engine, algo, log, identity)
             if stop.requested and step + 1 < steps:
                 raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
                               "the same command resumes from it")
@@ -320,7 +399,7 @@ def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Pat
         write_manifest(tmp)                # checked by `rtpo evaluate` (rtpo.inputs.check_model_dir)
         fault_point("final-exported", slow=True)
     fault_point("final-end")
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=1))
+    atomic_write_text(out / "summary.json", dumps(summary, indent=1))
     fault_point("summary-end")
     return summary
 
@@ -373,11 +452,22 @@ def train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], o
     others train; then SeedsFailed names every failed seed and its error. SIGTERM (`Stopped`) ends the
     command at once (the seed in progress saved its checkpoint; the rest resume on the rerun).
     log: a path pattern with {seed}: each seed's output is also written to its own log."""
+    import contextlib
+
+    dirs = seed_dirs(out, seeds)
+    with contextlib.ExitStack() as locks:
+        for d in dirs:  # every seed's directory before the job guard clears any of them
+            locks.enter_context(exclusive(d, "training into"))
+        return _train_seeds(method, task, cfg, seeds, dirs, model_dir, train_file, stamp, progress, log)
+
+
+def _train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], dirs: list[Path],
+                 model_dir: str | Path, train_file: str | Path, stamp: str | None, progress: bool,
+                 log: str | None) -> dict[int, dict[str, Any]]:
     import sys
 
     from rtpo.progress import copy_output
 
-    dirs = seed_dirs(out, seeds)
     if stamp is not None:
         job_guard(dirs, stamp)
     summaries: dict[int, dict[str, Any]] = {}

@@ -214,3 +214,7 @@ class ExportingEngine(PolicyEngine, Protocol):
     def export(self, path: str | os.PathLike) -> None:
         """Write the training weights and the tokenizer as a Hugging Face model directory."""
         ...
+
+    def weights_finite(self) -> bool:
+        """Whether every training weight is finite (rtpo.train stops at the first step where one is not)."""
+        ...

@@ -519,6 +519,10 @@ class LocalEngine:
         np.random.set_state(st["rng"]["numpy"])
         self.seed_gen.setstate(st["rng"]["seed_gen"])
 
+    def weights_finite(self) -> bool:
+        with torch.no_grad():
+            return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+
     def export(self, path: str | os.PathLike) -> None:
         """Write the training weights as a Hugging Face model directory (with the tokenizer)."""
         path = Path(path)

@@ -46,6 +46,11 @@ def check_config(cfg):
             raise
         where = ".".join(str(p) for p in ve.absolute_path) or "(top level)"
         raise WorkflowError(f"invalid config at '{where}': {ve.message} (config files: {_config_sources()})") from None
+    from rtpo.config import nonfinite_keys
+
+    bad = nonfinite_keys(cfg)  # NaN / inf pass every schema bound
+    if bad:
+        raise WorkflowError(f"invalid config at '{'.'.join(bad[0])}': not a finite number (config files: {_config_sources()})")
     errors = dag.cross_reference_errors(cfg)
     if errors:
         raise WorkflowError(f"invalid config: {errors[0]} (config files: {_config_sources()})")

@@ -1,0 +1,217 @@
+"""No run ends "fine" with wrong results (issue 39): one writer per run directory or eval output,
+finite numbers only, resumes that match the run they continue."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rtpo.config import ConfigError, load_config
+from tests.helpers import tiny
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from rtpo.data import write_task_files
+    from rtpo.engine.local import build_tiny_qwen3
+
+    d = tmp_path_factory.mktemp("guards")
+    write_task_files("airline", {"seed": 3, "n_train": 6, "n_eval": 2, "n_expert": 0}, d / "data")
+    tok = tiny.tokenizer()
+    m = build_tiny_qwen3(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                         max_position=1024)
+    m.save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    cfg = load_config(ROOT / "config" / "smoke.yaml",
+                      ["train.steps=3", "train.checkpoint_every=1", "env.airline.max_turns=2"])
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return d, cfg
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", **extra}
+
+
+def _train_cmd(d: Path, out: Path, *sets: str) -> list[str]:
+    cmd = [sys.executable, "-m", "rtpo.cli", "train", "--config", str(d / "config.yaml"), "--method", "rtpo",
+           "--task", "airline", "--seed", "0", "--model", str(d / "model"), "--train-file",
+           str(d / "data" / "train.jsonl"), "--out", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _holder(target: Path) -> subprocess.Popen:
+    """A second process that takes `exclusive(target)` and holds it until killed."""
+    code = ("import sys, time; from rtpo.atomic import exclusive\n"
+            f"with exclusive({str(target)!r}):\n"
+            "    print('locked', flush=True); time.sleep(120)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+# ------------------------------------------------------------------------------ one writer per run
+def test_two_trainers_on_one_out_the_second_is_refused_and_the_first_finishes(setup):
+    """The README's command twice on one --out: before the lock, the two interleaved their records
+    (two learning rates, steps repeated) or the second resumed the first's checkpoint."""
+    d, _ = setup
+    out, trace = d / "race", d / "race.trace"
+    first = subprocess.Popen(_train_cmd(d, out), cwd=ROOT, env=_env(RTPO_FAULT_TRACE=str(trace), RTPO_FAULT_DELAY="2"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (trace.exists() and "step-begin 0" in trace.read_text()):  # the first one holds the lock now
+        assert first.poll() is None and time.time() < deadline, first.communicate()
+        time.sleep(0.2)
+    second = subprocess.run(_train_cmd(d, out, "train.lr=0.00002"), cwd=ROOT, env=_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert str(out) in second.stderr and f"pid {first.pid}" in second.stderr
+    assert "delete" not in second.stderr  # no advice to delete what the live run owns
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    recs = _records(out / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [0, 1, 2]
+    assert {r["lr"] for r in recs} == {yaml.safe_load(Path(d / "config.yaml").read_text())["train"]["lr"]}
+    assert (out / "final" / "config.json").exists()
+
+
+def test_a_killed_holder_does_not_block_the_rerun(tmp_path):
+    from rtpo.atomic import Busy, exclusive
+
+    run = tmp_path / "run"
+    holder = _holder(run)
+    with pytest.raises(Busy, match=rf"pid {holder.pid}"), exclusive(run):
+        pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    with exclusive(run) as lf:  # the kernel released it with the process
+        assert lf.read_text().strip() == str(os.getpid())
+        with exclusive(run):  # re-entrant within one process (train_seeds, then train of one seed)
+            pass
+    with exclusive(run):  # and released after the outermost block
+        pass
+
+
+def test_second_evaluator_into_one_eval_json_is_refused(setup):
+    from rtpo.atomic import Busy
+    from rtpo.evaluate import evaluate
+
+    d, cfg = setup
+    out = d / "eval" / "seed0.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text('{"kept": true}')
+    holder = _holder(out)
+    try:
+        with pytest.raises(Busy, match=rf"{out}.*pid {holder.pid}"):
+            evaluate(d / "model", "rtpo", "airline", cfg, 0, d / "data" / "eval.jsonl", out)
+        assert json.loads(out.read_text()) == {"kept": True}
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_cleanup_removes_only_dead_writers_temporaries(tmp_path):
+    from rtpo.atomic import remove_leftovers
+
+    target = tmp_path / "summary.json"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        mine = tmp_path / f".summary.json.tmp-{os.getpid()}-aaaa"
+        theirs = tmp_path / f".summary.json.tmp-{live.pid}-bbbb"
+        gone = tmp_path / f".summary.json.tmp-{dead.pid}-cccc"
+        for p in (mine, theirs, gone):
+            p.write_text("x")
+        assert sorted(remove_leftovers(target)) == sorted([mine, gone])
+        assert theirs.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+# ------------------------------------------------------------------------------ finite numbers only
+@pytest.mark.parametrize("override", ["train.lr=.nan", "train.temperature=.inf", "eval.temperature=-.inf",
+                                      "method.rtpo.is_clamp=.nan"])
+def test_non_finite_config_values_are_refused_naming_the_key(override):
+    with pytest.raises(ConfigError, match=rf"'{override.split('=')[0]}'.*not a finite number"):
+        load_config(ROOT / "config" / "config.yaml", [override])
+
+
+def test_cli_refuses_nan_lr_with_exit_2(setup, tmp_path):
+    d, _ = setup
+    r = subprocess.run(_train_cmd(d, tmp_path / "nan", "train.lr=.nan"), cwd=ROOT, env=_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and "train.lr" in r.stderr and "finite" in r.stderr
+    assert not (tmp_path / "nan" / "final").exists()
+
+
+def test_training_stops_at_the_first_non_finite_step(setup):
+    """A NaN that reaches training (here a NaN learning rate past the config check, as an overflow would):
+    before issue 39 the run exited 0 with every weight of final/ NaN and a bare NaN in metrics.jsonl."""
+    from rtpo.train import NonFiniteError, train
+
+    d, cfg = setup
+    bad = json.loads(json.dumps(cfg))
+    bad["train"]["lr"] = math.nan
+    out = d / "nan-run"
+    with pytest.raises(NonFiniteError, match=r"step 0: a training weight is NaN"):
+        train("grpo", "airline", bad, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert not (out / "final").exists() and not (out / "summary.json").exists()
+    assert not (out / "checkpoint").exists() or not any((out / "checkpoint").iterdir())
+    assert not (out / "metrics.jsonl").exists() or (out / "metrics.jsonl").read_text() == ""
+
+
+def test_jsonl_is_strict_json(tmp_path):
+    from rtpo.instrument import JsonlWriter, dumps
+
+    w = JsonlWriter(tmp_path / "m.jsonl")
+    w.write({"step": 0, "clip_share": math.nan, "tokens": {"trunk": math.inf}, "mismatch": [{"k": 1, "kl": -math.inf}]})
+    line = (tmp_path / "m.jsonl").read_text()
+    assert "NaN" not in line and "Infinity" not in line
+    assert json.loads(line) == {"step": 0, "clip_share": None, "tokens": {"trunk": None}, "mismatch": [{"k": 1, "kl": None}]}
+    assert dumps({"x": [1.0, math.nan]}) == '{"x": [1.0, null]}'
+
+
+# ------------------------------------------------------------------------------ resumes that match
+@pytest.mark.parametrize("change", [("method", "grpo"), ("set", "method.rtpo.group_size=3")])
+def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
+    """Before issue 39, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
+    rtpo, steps 1-2 grpo, and the summary said grpo."""
+    from rtpo.train import CheckpointError, train
+
+    d, cfg = setup
+    out = d / f"resume-{change[0]}"
+    short = json.loads(json.dumps(cfg))
+    short["train"]["steps"] = 1
+    train("rtpo", "airline", short, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    before = (out / "metrics.jsonl").read_text()
+    method, other = "rtpo", json.loads(json.dumps(cfg))
+    if change[0] == "method":
+        method = "grpo"
+        want = r"method: checkpoint 'rtpo', this run 'grpo'"
+    else:
+        other["method"]["rtpo"]["group_size"] = 3
+        want = r"settings: checkpoint"
+    with pytest.raises(CheckpointError, match=want):
+        train(method, "airline", other, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert (out / "metrics.jsonl").read_text() == before  # nothing changed
+    # the same run with more steps resumes (extending a finished run is allowed)
+    train("rtpo", "airline", cfg, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert [r["step"] for r in _records(out / "metrics.jsonl")] == [0, 1, 2]
