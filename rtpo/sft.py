@@ -224,6 +224,15 @@ def sft_examples(cfg: dict[str, Any], data_dir: str | Path, tok: Any, seed: int 
     return rows
 
 
+MODEL_KEYS_NOT_SHAPE = ("threads", "device", "dtype")  # model.* keys that do not change the model
+
+
+def model_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config's model.* keys that make the base model (architecture, vocabulary, source): recorded in
+    its sft_summary.json, so that training under another config is refused (rtpo.train.check_model_fits)."""
+    return {k: v for k, v in cfg.get("model", {}).items() if k not in MODEL_KEYS_NOT_SHAPE}
+
+
 def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: str | Path, out: str | Path,
                      seed: int = 0) -> dict[str, Any]:
     """Build the base model named by cfg['model'] and write it as a Hugging Face directory at `out`."""
@@ -252,7 +261,7 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
     # the warm start's floating-point sums depend on the thread count (sft.threads, fixed by the config):
     # the same count gives bit-identical weights on a rerun, another count other weights (README)
     summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters()),
-                               "threads": torch.get_num_threads()}
+                               "threads": torch.get_num_threads(), "model_settings": model_settings(cfg)}
     if int(s.get("copy_pretrain_steps", 0)) > 0:
         cl = copy_pretrain(model, tok, int(s["copy_pretrain_steps"]), float(s.get("copy_pretrain_lr", 6e-3)), seed=seed)
         k = max(1, len(cl) // 10)  # the loss curve in tenths: plateau, then the drop

@@ -69,7 +69,11 @@ def load_tokenizer(path: str | Path):
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"tokenizer directory not found: {p}")
-    return AutoTokenizer.from_pretrained(p)
+    try:
+        return AutoTokenizer.from_pretrained(p)
+    except Exception as e:  # noqa: BLE001 - tokenizers' own error types for a truncated or damaged file
+        files = ", ".join(str(f) for f in sorted(p.glob("*")) if f.is_file()) or "(no files)"
+        raise ValueError(f"{p}: the tokenizer cannot be loaded ({type(e).__name__}: {e}); its files: {files}") from None
 
 
 def render(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> str:

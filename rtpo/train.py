@@ -120,6 +120,42 @@ def build_engine(model_dir: str | Path, cfg: dict[str, Any], seed: int, referenc
                                        device=str(m.get("device", "auto")), dtype=str(m.get("dtype", "auto")))
 
 
+def check_model_fits(model_dir: str | Path, cfg: dict[str, Any]) -> None:
+    """Refuse, before any work, a model directory that does not fit this config (issue 39): a base model
+    `rtpo base-model` made under other model settings (its sft_summary.json records them: vocabulary,
+    layers, widths, positions, source), a tokenizer that cannot be read (named), or a tokenizer with
+    more tokens than the model has embedding rows (a swapped tokenizer)."""
+    from rtpo.sft import model_settings
+
+    md = Path(model_dir)
+    try:
+        arch = json.loads((md / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CorruptFileError(md / "config.json", f"cannot be read as the model's config ({e})") from None
+    made = md / "sft_summary.json"
+    if made.is_file():
+        try:
+            then = json.loads(made.read_text()).get("model_settings")
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+            raise CorruptFileError(made, f"corrupt JSON ({e})") from None
+        now = model_settings(cfg)
+        if then is not None and then != now:
+            differ = "; ".join(f"model.{k}: base model {then.get(k)!r}, this config {now.get(k)!r}"
+                               for k in sorted(set(then) | set(now)) if then.get(k) != now.get(k))
+            raise ValueError(f"{md}: this base model was made under other model settings ({differ}); rebuild it "
+                             "with `rtpo base-model` under this config, or use the config it was made with")
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(md))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises its own exception types for a damaged file
+        files = ", ".join(str(f) for f in sorted(md.glob("tokenizer*"))) or f"no tokenizer files in {md}"
+        raise ValueError(f"{md}: the tokenizer cannot be loaded ({type(e).__name__}: {e}); its files: {files}") from None
+    if len(tok) > int(arch.get("vocab_size", 0)):
+        raise ValueError(f"{md}: the tokenizer has {len(tok)} tokens but the model embeds only "
+                         f"{arch.get('vocab_size')} (config.json vocab_size): a tokenizer of another model?")
+
+
 def heldout_split(tasks: list[Task], n: int) -> tuple[list[Task], list[Task]]:
     """(training tasks, held-out batch): the held-out batch is the first `n` tasks of the split, which
     the training draws never use (n = 0: none)."""
@@ -351,6 +387,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
     out = Path(out)
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
+    check_model_fits(model_dir, cfg)
     seed_everything(seed)
     tasks, heldout = heldout_split(load_tasks(train_file, kind=task), int(tr.get("heldout_prompts", 0)))
     engine = build_engine(model_dir, cfg, seed, reference=float(tr["kl_coef"]) > 0)

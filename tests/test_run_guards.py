@@ -215,3 +215,63 @@ def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     # the same run with more steps resumes (extending a finished run is allowed)
     train("rtpo", "airline", cfg, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     assert [r["step"] for r in _records(out / "metrics.jsonl")] == [0, 1, 2]
+
+
+# ------------------------------------------------------------------------------ a model that fits the config
+def _model_copy(d: Path, name: str) -> Path:
+    import shutil
+
+    dst = d / name
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(d / "model", dst)
+    return dst
+
+
+def test_base_model_made_under_other_model_settings_is_refused(setup):
+    from rtpo.sft import model_settings
+    from rtpo.train import train
+
+    d, cfg = setup
+    md = _model_copy(d, "model-other")
+    other = json.loads(json.dumps(cfg))
+    other["model"]["tiny"]["num_layers"] += 1
+    other["model"]["vocab_size"] *= 2
+    (md / "sft_summary.json").write_text(json.dumps({"model_settings": model_settings(other)}))
+    out = d / "other-model-run"
+    with pytest.raises(ValueError, match=r"model.tiny: base model .*'num_layers'.*model.vocab_size: base model"):
+        train("rtpo", "airline", cfg, 0, out, md, d / "data" / "train.jsonl", progress=False)
+    assert not out.exists()
+    # the settings it was made under pass
+    (md / "sft_summary.json").write_text(json.dumps({"model_settings": model_settings(cfg)}))
+    from rtpo.train import check_model_fits
+    check_model_fits(md, cfg)
+
+
+def test_swapped_or_truncated_tokenizer_is_refused_naming_it(setup):
+    from transformers import AutoTokenizer
+
+    from rtpo.train import check_model_fits
+
+    d, cfg = setup
+    md = _model_copy(d, "model-swapped")
+    tok = AutoTokenizer.from_pretrained(str(md))
+    tok.add_tokens([f"<extra_{i}>" for i in range(50)])  # a tokenizer of a larger vocabulary
+    tok.save_pretrained(md)
+    with pytest.raises(ValueError, match=rf"{md}: the tokenizer has {len(tok)} tokens but the model embeds only"):
+        check_model_fits(md, cfg)
+    md = _model_copy(d, "model-truncated")
+    tj = md / "tokenizer.json"
+    tj.write_bytes(tj.read_bytes()[: tj.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"the tokenizer cannot be loaded .*tokenizer.json"):
+        check_model_fits(md, cfg)
+
+
+def test_base_model_with_a_truncated_tokenizer_names_the_file(tmp_path):
+    from rtpo.tokenizer import load_tokenizer
+
+    tok = tiny.tokenizer()
+    tok.save_pretrained(tmp_path / "tok")
+    tj = tmp_path / "tok" / "tokenizer.json"
+    tj.write_bytes(tj.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"tok: the tokenizer cannot be loaded .*tokenizer.json"):
+        load_tokenizer(tmp_path / "tok")
