@@ -17,6 +17,13 @@ from (or evaluating) weights that are not the ones written. check_model_dir veri
 a model directory that has one (a hub download or a model saved by other tools has none).
 
 RowError: a line of a JSON Lines input that cannot be used (`path:LINE: field 'x': ...`).
+
+Reading JSON Lines and JSON inputs (issue 39): `jsonl_lines(path)` yields the numbered non-blank
+lines of a task / eval / experts / metrics file, decoded as strict UTF-8 (a byte that is not UTF-8
+is a RowError naming the file, the line and the byte offset, not a UnicodeDecodeError naming
+neither) and at most MAX_ROW_BYTES long (a longer line is refused before it is read whole).
+`read_jsonl(path)` parses those lines, refusing a NaN / infinite number naming its field
+(`nonfinite`); `read_json(path)` reads a whole JSON document (an eval JSON) by the same rules.
 """
 
 from __future__ import annotations
@@ -26,7 +33,9 @@ import json
 import math
 import struct
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "rtpo-manifest.json"
 
@@ -46,6 +55,118 @@ class RowError(CorruptFileError):
         self.line, self.field = line, field
         super().__init__(f"{path}:{line}", f"field {field!r}: {message}" if field else message)
         self.path = str(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# JSON Lines and JSON inputs: strict UTF-8, bounded rows, errors naming file and line
+# ------------------------------------------------------------------------------------------------
+
+# The longest line a JSON Lines input may have. The rows rtpo writes are a few kB (the largest, an
+# airline task carrying its database, ~4 kB; a metrics record well under that), so 1 MiB is ~250x
+# headroom. A longer line is not a row rtpo wrote, and json would parse it whole: a 50 MB row once
+# ran 5.5 minutes at 9.3 GB of memory and exited 0. It is refused after reading MAX_ROW_BYTES + 1
+# bytes of it, naming file:line.
+MAX_ROW_BYTES = 1 << 20
+
+
+def jsonl_lines(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every non-blank line of a JSON Lines file, 1-based, split at b"\\n" only.
+    Raises RowError naming `path:LINE` for a line that is not UTF-8 (with the byte offset) or longer
+    than `max_row_bytes` bytes (without its newline)."""
+    offset = 0  # of the line in the file, for the byte offset of a bad byte
+    with open(path, "rb") as f:
+        n = 0
+        while raw := f.readline(max_row_bytes + 1):
+            n += 1
+            body = raw[:-1] if raw.endswith(b"\n") else raw
+            if len(body) > max_row_bytes:
+                raise RowError(path, n, f"line longer than {max_row_bytes} bytes (rtpo.inputs.MAX_ROW_BYTES): "
+                                        "not a row rtpo wrote (a corrupt or concatenated file?)")
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise RowError(path, n, f"not UTF-8: byte 0x{body[e.start]:02x} at byte {e.start} of the line "
+                                        f"(byte {offset + e.start} of the file) ({e.reason})") from None
+            offset += len(raw)
+            if text.strip():
+                yield n, text
+
+
+def nonfinite(obj: Any) -> tuple[str, float] | None:
+    """(field, value) of the first non-finite number (NaN, +-Infinity: Python's json parses the bare
+    tokens, and a number beyond a float's range such as 1e999 as inf) in a parsed JSON value, the
+    field written as `a.b[2].c`; None when every number is finite. Iterative: any depth."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        name, v = stack.pop()
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return name or "(top level)", v
+        elif isinstance(v, dict):
+            stack.extend((f"{name}.{k}" if name else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{name}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def loads(text: str | bytes) -> Any:
+    """json.loads with a document nested too deeply for the parser as ValueError (RecursionError
+    otherwise), so that every failure is a ValueError (json.JSONDecodeError for bad JSON; a number
+    with more digits than int() allows is one too). No location: callers add it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _parse(text: str) -> Any:
+    try:
+        return loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
+    except ValueError as e:
+        raise ValueError(f"not valid JSON ({e})") from None
+
+
+def _check_finite(obj: Any) -> None:
+    bad = nonfinite(obj)
+    if bad:
+        raise ValueError(f"field {bad[0]!r} is not finite: {bad[1]!r} (NaN / Infinity is never a valid value)")
+
+
+def read_jsonl(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES, finite: bool = True) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON value) of every non-blank line (jsonl_lines); a line that is not
+    JSON, or (with `finite`) holds a NaN / infinite number, raises RowError naming `path:LINE`."""
+    out = []
+    for n, text in jsonl_lines(path, max_row_bytes):
+        try:
+            obj = _parse(text)
+            if finite:
+                _check_finite(obj)
+        except ValueError as e:
+            raise RowError(path, n, str(e)) from None
+        out.append((n, obj))
+    return out
+
+
+def read_json(path: str | Path, finite: bool = True) -> Any:
+    """The JSON document of a file, decoded as strict UTF-8; with `finite`, a NaN / infinite number
+    anywhere is an error naming its field. Raises CorruptFileError naming the file (and the byte
+    offset of a byte that is not UTF-8, or the line and column of a JSON error)."""
+    raw = Path(path).read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise CorruptFileError(path, f"not UTF-8: byte 0x{raw[e.start]:02x} at byte offset {e.start} "
+                                     f"(line {line}) ({e.reason})") from None
+    try:
+        doc = _parse(text)
+        if finite:
+            _check_finite(doc)
+    except ValueError as e:
+        raise CorruptFileError(path, str(e)) from None
+    return doc
 
 
 # bytes per element of each safetensors dtype (safetensors/src/tensor.rs)

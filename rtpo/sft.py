@@ -27,17 +27,18 @@ from rtpo.inputs import write_manifest
 
 
 def read_demos(data_dir: str | Path, tasks: list[str]) -> list[dict[str, Any]]:
+    from rtpo.inputs import jsonl_lines
+
     demos = []
     for t in tasks:
         p = Path(data_dir) / t / "experts.jsonl"
         if not p.exists():
             raise FileNotFoundError(f"expert demonstrations not found: {p} (run `rtpo data --task {t}` first)")
-        for i, line in enumerate(p.read_text().splitlines(), 1):
-            if line.strip():
-                try:
-                    demos.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{p}:{i}: bad JSON ({e})") from e
+        for i, line in jsonl_lines(p):  # UTF-8 and the row-size limit checked per line, named
+            try:
+                demos.append(json.loads(line))
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ValueError(f"{p}:{i}: bad JSON ({e})") from None
     return demos
 
 

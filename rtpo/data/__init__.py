@@ -99,26 +99,23 @@ def read_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
     checked against the typed schema of rtpo.data.schema, ids unique; with `kind`, every row must be
     of that kind (the run's --task). Raises RowError naming file, line and field (exit 2 in `rtpo`)."""
     from rtpo.data.schema import FieldError, check_row
-    from rtpo.inputs import RowError
+    from rtpo.inputs import RowError, jsonl_lines
 
     out = []
     first: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RowError(path, n, f"not a task ({type(e).__name__}: {e})") from None
-            try:
-                check_row(row, kind)
-                if row["id"] in first:
-                    raise FieldError("id", f"duplicate id {row['id']!r} (first at line {first[row['id']]})")
-            except FieldError as e:
-                raise RowError(path, n, str(e), field=e.field) from None
-            first[row["id"]] = n
-            out.append(Task.from_dict(row))
+    for n, line in jsonl_lines(path):  # UTF-8 and the row-size limit checked per line, named
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise RowError(path, n, f"not a task ({type(e).__name__}: {e})") from None
+        try:
+            check_row(row, kind)
+            if row["id"] in first:
+                raise FieldError("id", f"duplicate id {row['id']!r} (first at line {first[row['id']]})")
+        except FieldError as e:
+            raise RowError(path, n, str(e), field=e.field) from None
+        first[row["id"]] = n
+        out.append(Task.from_dict(row))
     return out
 
 

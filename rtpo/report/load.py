@@ -150,15 +150,21 @@ def expected_runs(cfg: dict[str, Any]) -> list[RunKey]:
 # readers
 # ------------------------------------------------------------------------------------------------
 
-def _num(x: Any) -> float:
-    """JSON scalar -> float (None -> nan); bools count as 0/1."""
+def _num(x: Any, name: str | None = None) -> float:
+    """JSON scalar -> float (None -> nan: not measured); bools count as 0/1. A value that is not a
+    number raises TypeError; a non-finite one (NaN / Infinity, a number beyond a float's range: the
+    writers put null for "not measured") raises ValueError, either naming the field `name`."""
     if x is None:
         return math.nan
-    if isinstance(x, bool):
-        return float(x)
-    if isinstance(x, (int, float)):
-        return float(x)
-    raise TypeError(f"not a number: {x!r}")
+    if isinstance(x, (bool, int, float)):
+        try:
+            v = float(x)
+        except OverflowError:
+            v = math.inf
+        if not math.isfinite(v):
+            raise ValueError(f"field {name!r} is not finite: {_short(x)}" if name else f"not finite: {_short(x)}")
+        return v
+    raise TypeError(f"field {name!r} is not a number: {_short(x)}" if name else f"not a number: {_short(x)}")
 
 
 def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
@@ -166,103 +172,164 @@ def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
     its count (`turns_n`) because per-turn lists do not fit one row; the per-turn `mismatch` records become
     `mismatch_k<k>_<field>` (e.g. mismatch_k2_geo_ratio); any other list of numbers
     (one value per stage, e.g. RTPO kl:tau's `sync_kl`) as its largest value (`sync_kl_max`, nan
-    when empty)."""
+    when empty). A value that should be a number and is not raises TypeError, one that is not finite
+    ValueError, naming the field."""
     flat: dict[str, Any] = {}
     for key, val in rec.items():
         if key == "turns":
+            if val is not None and not isinstance(val, list):
+                raise TypeError(f"field 'turns' is not a list: {_short(val)}")
             flat["turns_n"] = float(len(val or []))
         elif key == "mismatch":   # per turn index k: {"k", "tokens", "geo_ratio", ...} -> mismatch_k<k>_<field>
+            if val is not None and not isinstance(val, list):
+                raise TypeError(f"field 'mismatch' is not a list of per-turn records: {_short(val)}")
             for d in val or []:
-                if not isinstance(d, dict) or not isinstance(d.get("k"), int):
-                    raise TypeError(f"field 'mismatch' is not a list of per-turn records: {val!r}")
+                if not isinstance(d, dict) or not isinstance(d.get("k"), int) or isinstance(d["k"], bool):
+                    raise TypeError(f"field 'mismatch' is not a list of per-turn records: {_short(val)}")
                 for sub, v in d.items():
                     if sub != "k":
-                        flat[f"mismatch_k{d['k']}_{sub}"] = _num(v)
+                        flat[f"mismatch_k{d['k']}_{sub}"] = _num(v, f"mismatch[k={d['k']}].{sub}")
+        elif key in STEP_NUMERIC_DICTS and val is not None and not isinstance(val, dict):
+            raise TypeError(f"field {key!r} is not an object of numbers: {_short(val)}")
         elif isinstance(val, list):
-            try:
-                vals = [_num(v) for v in val]
-            except TypeError:
-                raise TypeError(f"field {key!r} is not a list of numbers: {val!r}") from None
+            vals = []
+            for i, v in enumerate(val):
+                try:
+                    vals.append(_num(v, f"{key}[{i}]"))
+                except TypeError:
+                    raise TypeError(f"field {key!r} is not a list of numbers: {_short(val)}") from None
             flat[f"{key}_max"] = max(vals) if vals else math.nan
         elif isinstance(val, dict):
             for sub, v in val.items():
                 if isinstance(v, str) and key not in STEP_NUMERIC_DICTS:
                     flat[f"{key}_{sub}"] = v
                 else:
-                    try:
-                        flat[f"{key}_{sub}"] = _num(v)
-                    except TypeError:
-                        raise TypeError(f"field '{key}.{sub}' is not a number: {v!r}") from None
+                    flat[f"{key}_{sub}"] = _num(v, f"{key}.{sub}")
         elif isinstance(val, str) and key not in STEP_NUMERIC:
             flat[key] = val
         else:
-            try:
-                flat[key] = _num(val)
-            except TypeError:
-                raise TypeError(f"field {key!r} is not a number: {val!r}") from None
+            flat[key] = _num(val, key)
     tok = rec.get("tokens") or {}
-    flat["tokens_total"] = float(sum(v for v in tok.values() if v is not None))
+    total = float(sum(_num(v, f"tokens.{k}") for k, v in tok.items() if v is not None))
+    if not math.isfinite(total):
+        raise ValueError(f"field 'tokens' sums to a non-finite total: {_short(tok)}")
+    flat["tokens_total"] = total
     return flat
 
 
+# a step is a whole number a float holds exactly (the tables cast it to int64)
+MAX_STEP = 2 ** 53
+
+
 def read_metrics_jsonl(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
-    """Read one metrics.jsonl; a bad line raises ValueError naming `path:line` and the field."""
+    """Read one metrics.jsonl; a bad line raises ValueError naming `path:line` and the field: a line
+    that is not UTF-8, over rtpo.inputs.MAX_ROW_BYTES, not a JSON object, a value that should be a
+    number and is not or is not finite (NaN, Infinity: the writers put null for "not measured"), a
+    step that is not a whole number >= 0, or that repeats or goes back (a run's records have strictly
+    increasing steps: a resumed run drops the records after its checkpoint before it appends)."""
+    from rtpo.inputs import jsonl_lines, loads, nonfinite
+
     path = Path(path)
     rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    first: dict[int, int] = {}   # step -> line
+    prev: tuple[int, int] | None = None   # (step, line) of the previous record
+    for i, line in jsonl_lines(path):
         where = f"{path}:{i}"
         try:
-            rec = json.loads(line)
+            rec = loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
+        except ValueError as e:
+            raise ValueError(f"{where}: not valid JSON ({e})") from None
         if not isinstance(rec, dict):
             raise ValueError(f"{where}: a record must be a JSON object")
+        bad = nonfinite(rec)   # NaN / Infinity tokens, 1e999: anywhere in the record, `turns` included
+        if bad:
+            raise ValueError(f"{where}: field {bad[0]!r} is not finite: {bad[1]!r} (step {_short(rec.get('step'))}; "
+                             "the writers put null for a value not measured)")
         for key in STEP_REQUIRED:
             if key not in rec:
                 raise ValueError(f"{where}: missing field {key!r}")
         if expect is not None:
             for key in ("task", "method", "seed"):
                 if key in rec and rec[key] != getattr(expect, key):
-                    raise ValueError(f"{where}: field {key!r} is {rec[key]!r} but the path says "
+                    raise ValueError(f"{where}: field {key!r} is {_short(rec[key])} but the path says "
                                      f"{getattr(expect, key)!r}")
+        step = rec["step"]
+        if isinstance(step, float) and step.is_integer():
+            step = int(step)
+        if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step < MAX_STEP):
+            raise ValueError(f"{where}: field 'step' must be a whole number >= 0, got {_short(rec['step'])}")
         try:
             flat = flatten_step(rec)
-        except TypeError as e:
-            raise ValueError(f"{where}: {e}") from e
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{where}: {e}") from None
+        if step in first:
+            raise ValueError(f"{where}: field 'step': step {step} is duplicated (first at line {first[step]})")
+        if prev is not None and step < prev[0]:
+            raise ValueError(f"{where}: field 'step': step {step} is out of order (line {prev[1]} has step "
+                             f"{prev[0]}; steps must increase)")
+        first[step] = i
+        prev = (step, i)
         flat["source"] = where
         rows.append(flat)
     return rows
 
 
+def _read_eval_doc(path: Path) -> dict[str, Any]:
+    """An eval JSON's top-level object (rtpo.inputs.read_json: strict UTF-8, no NaN tokens); errors
+    (ValueError) name the file."""
+    from rtpo.inputs import read_json
+
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: the top level must be a JSON object (an eval JSON), got "
+                         f"{type(doc).__name__} {_short(doc)}")
+    return doc
+
+
+def _short(v: Any, n: int = 60) -> str:
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
 def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
-    """Read one eval JSON into rows (one per benchmark plus "overall"); errors name the file and field."""
+    """Read one eval JSON into rows (one per benchmark plus "overall"); errors (ValueError) name the
+    file and field: a file that is not UTF-8 or JSON, a top level that is not an object, `k` that is
+    not a whole number >= 1, `benchmarks` / `overall` that are not objects, a metric that is not a
+    number or not finite (null is kept as "not measured")."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from e
+    doc = _read_eval_doc(path)
     for key in EVAL_REQUIRED:
         if key not in doc:
             raise ValueError(f"{path}: missing field {key!r}")
     if expect is not None:
         for key in ("task", "method", "seed"):
             if doc[key] != getattr(expect, key):
-                raise ValueError(f"{path}: field {key!r} is {doc[key]!r} but the path says {getattr(expect, key)!r}")
-    k = int(doc["k"])
+                raise ValueError(f"{path}: field {key!r} is {_short(doc[key])} but the path says "
+                                 f"{getattr(expect, key)!r}")
+    k = doc["k"]
+    if isinstance(k, float) and k.is_integer():
+        k = int(k)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"{path}: field 'k' must be a whole number >= 1, got {_short(doc['k'])}")
     if not isinstance(doc["benchmarks"], dict) or not doc["benchmarks"]:
-        raise ValueError(f"{path}: field 'benchmarks' must be a non-empty object")
+        raise ValueError(f"{path}: field 'benchmarks' must be a non-empty object, got {_short(doc['benchmarks'])}")
     rows = []
-    for bench, metrics in [*doc["benchmarks"].items(), ("overall", doc["overall"])]:
-        if not isinstance(metrics, dict) or "pass@1" not in metrics:
-            raise ValueError(f"{path}: benchmarks.{bench} lacks 'pass@1'")
+    for bench, name, metrics in [*((b, f"benchmarks.{b}", m) for b, m in doc["benchmarks"].items()),
+                                 ("overall", "overall", doc["overall"])]:
+        if not isinstance(metrics, dict):
+            raise ValueError(f"{path}: field '{name}' must be an object of metrics, got {_short(metrics)}")
+        if "pass@1" not in metrics:
+            raise ValueError(f"{path}: {name} lacks 'pass@1'")
         row: dict[str, Any] = {"benchmark": bench, "k": k, "source": str(path)}
         for key, val in metrics.items():
             try:
                 row[key] = _num(val)
             except TypeError:
-                raise ValueError(f"{path}: benchmarks.{bench}.{key} is not a number: {val!r}") from None
+                raise ValueError(f"{path}: {name}.{key} is not a number: {_short(val)}") from None
+            except ValueError:
+                raise ValueError(f"{path}: {name}.{key} is not finite: {_short(val)}") from None
         row["pass@k"] = row.get(f"pass@{k}", math.nan)
         rows.append(row)
     return rows
@@ -272,7 +339,7 @@ def read_eval_problems(path: Path) -> list[dict[str, Any]]:
     """The eval JSON's `per_problem` list as rows (benchmark, problem, successes, samples, p = successes /
     samples); [] when the file has none (eval JSONs written before it existed). Errors name the entry."""
     path = Path(path)
-    doc = json.loads(path.read_text())
+    doc = _read_eval_doc(path)
     items = doc.get("per_problem")
     if items is None:
         return []
@@ -284,16 +351,22 @@ def read_eval_problems(path: Path) -> list[dict[str, Any]]:
         if not isinstance(d, dict) or not {"id", "benchmark", "successes", "samples"} <= set(d):
             raise ValueError(f"{where} needs id, benchmark, successes and samples")
         n, c = d["samples"], d["successes"]
-        if not (isinstance(n, int) and isinstance(c, int) and n >= 1 and 0 <= c <= n):
-            raise ValueError(f"{where}: successes {c!r} / samples {n!r} must be whole numbers, 0 <= successes "
-                             "<= samples, samples >= 1")
+        if not (isinstance(n, int) and isinstance(c, int) and not isinstance(n, bool) and not isinstance(c, bool)
+                and n >= 1 and 0 <= c <= n):
+            raise ValueError(f"{where}: successes {_short(c)} / samples {_short(n)} must be whole numbers, "
+                             "0 <= successes <= samples, samples >= 1")
         rows.append({"benchmark": str(d["benchmark"]), "problem": str(d["id"]), "successes": c, "samples": n,
                      "p": c / n})
     return rows
 
 
 def read_theory(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path)
+    try:
+        df = pd.read_csv(path, encoding="utf-8", encoding_errors="strict")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 ({e.reason} at byte offset {e.start})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ValueError(f"{path}: not a readable CSV ({e})") from None
     missing = [c for c in THEORY_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: missing columns {missing}")
@@ -567,7 +640,12 @@ def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
     for t in cfg.get("tasks", []):
         p = root / "data" / t / "not_run.json"
         if p.exists():
-            benches = json.loads(p.read_text()).get("benchmarks") or {}
+            from rtpo.inputs import read_json
+
+            doc = read_json(p)
+            benches = doc.get("benchmarks") or {} if isinstance(doc, dict) else None
+            if not isinstance(benches, dict):
+                raise ValueError(f"{p}: expected an object whose field 'benchmarks' maps benchmark -> reason")
             if benches:
                 out[t] = {str(b): str(why) for b, why in benches.items()}
     return out
