@@ -7,7 +7,6 @@ the workflow's rerun fingerprints (rtpo.dag) both call these, so a key has one l
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -83,16 +82,13 @@ def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> Non
         raise ConfigError(f"{source}: the value {val!r} is not valid YAML ({' '.join(str(e).split())})") from None
 
 
-def nonfinite_keys(node: Any, where: tuple[str, ...] = ()) -> list[list[str]]:
-    """The key paths of every NaN / +-inf number in a config (YAML reads `.nan`, `.inf` as floats; the
-    schema's bounds cannot refuse them: NaN <= 0 and NaN > 0 are both false)."""
-    if isinstance(node, float) and not math.isfinite(node):
-        return [list(where)]
-    if isinstance(node, dict):
-        return [p for k, v in node.items() for p in nonfinite_keys(v, (*where, str(k)))]
-    if isinstance(node, list):
-        return [p for i, v in enumerate(node) for p in nonfinite_keys(v, (*where, str(i)))]
-    return []
+def nonfinite_keys(cfg: dict[str, Any]) -> list[list[str]]:
+    """The key path of the first NaN / +-inf number in a config ([] when none). YAML reads `.nan` and
+    `.inf` as floats, and the schema's bounds cannot refuse them: NaN <= 0 and NaN > 0 are both false."""
+    from rtpo.inputs import nonfinite
+
+    hit = nonfinite(cfg)
+    return [] if hit is None else [hit[0].replace("[", ".").replace("]", "").split(".")]
 
 
 def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
