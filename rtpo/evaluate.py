@@ -6,9 +6,10 @@ paper scale: the real benchmark names from the adapters).
 
 Two samplers, one rollout (rtpo.rollout.Roller: envs, tools, psi, metrics): `--engine local`
 (LocalEngine in this process, CHUNK trajectories at a time) or `--engine verl` (verl's rollout servers
-in standalone mode, vLLM on GPUs: rtpo/verl_ext/eval_servers.py; every trajectory in flight at once,
-each on its own thread, tool calls bounded by `tool_slots`). Each trajectory's requests carry their own
-seeds (from the eval seed, the trajectory and the turn), so a rerun samples the same.
+in standalone mode, vLLM on GPUs: rtpo/verl_ext/eval_servers.py; each trajectory rolled out on its own
+by a fixed pool of `eval_workers` threads, about the servers' batch, tool calls bounded by `tool_slots`).
+Each trajectory's requests carry their own seeds (from the eval seed, the trajectory and the turn), so a
+rerun samples the same, whatever the schedule.
 """
 
 from __future__ import annotations
@@ -80,24 +81,32 @@ def run_chunked(roller: Roller, starts: list[Start], bar: tqdm) -> list[Trajecto
 
 
 def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) -> list[Trajectory]:
-    """Rollout servers (verl): every trajectory in flight at once, each on its own thread, so a
-    trajectory's next turn is sent as soon as its tool call returns and the servers batch whatever is
-    pending (continuous batching) instead of waiting for the slowest trajectory of a turn wave. What a
-    trajectory samples depends on its seeds and contexts only, not on the schedule."""
+    """Rollout servers (verl): a fixed pool of `workers` threads (`eval_workers`: about the servers'
+    batch), each taking the next trajectory in eval-file order as soon as its last one ends and rolling
+    it out on its own, so a trajectory's next turn is sent as soon as its tool call returns and the
+    servers batch whatever is pending (continuous batching) instead of waiting for the slowest
+    trajectory of a turn wave. Never one thread per trajectory (issue 37: 10k threads hit a 4096
+    `ulimit -u`). What a trajectory samples depends on its seeds and contexts only, not on the
+    schedule; results are in the order of `starts`. A failed trajectory cancels the ones not begun."""
     if not starts:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(starts))), thread_name_prefix="rtpo-eval") as ex:
-        futs = [ex.submit(roller.run, [st]) for st in starts]
+    ex = ThreadPoolExecutor(max_workers=max(1, min(int(workers), len(starts))), thread_name_prefix="rtpo-eval")
+    try:
+        futs = [ex.submit(roller.run, [st]) for st in starts]  # queued work items, not threads
         for f in as_completed(futs):
             f.result()
             bar.update(1)
+    except BaseException:
+        ex.shutdown(wait=True, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
     return [f.result()[0] for f in futs]
 
 
 class BoundedSteps:
     """An env whose `step` (where tool calls run: sandbox subprocesses, retrieval requests) waits for a
-    slot of `slots`: with thousands of trajectories in flight on rollout servers, at most that many
-    tool calls run at once. Everything else is the wrapped env's."""
+    slot of `slots`: with hundreds of trajectories in flight on rollout servers (`eval_workers`), at
+    most that many tool calls run at once. Everything else is the wrapped env's."""
 
     def __init__(self, env: Any, slots: threading.BoundedSemaphore) -> None:
         self._env, self._slots = env, slots
@@ -116,6 +125,49 @@ def tool_slots() -> int:
         return 2 * len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return 2 * (os.cpu_count() or 1)
+
+
+# The servers' batch when their config does not say: verl 0.9.1's rollout.max_num_seqs (trainer/config/
+# rollout/rollout.yaml), the sequences one vLLM engine runs at once; later requests wait in its queue.
+DEFAULT_MAX_NUM_SEQS = 256
+# Hard cap on evaluation threads, whatever the servers' batch: far below the soft `ulimit -u` of 4096 that
+# clusters set (and Slurm passes on), which counts every thread and process of the user on the node (Ray's
+# workers, vLLM's, the sandboxes'), not just these.
+MAX_EVAL_WORKERS = 1024
+
+
+def server_batch(servers: Any) -> int:
+    """Sequences the evaluation servers run at once: max_num_seqs per vLLM engine (the composed
+    actor_rollout_ref.rollout config of `servers.manager`, eval_overrides included; else verl's
+    default 256) x data_parallel_size x replicas (those verl's LLMServerManager started; else
+    `servers.replicas`, verl.eval_replicas)."""
+    manager = getattr(servers, "manager", None)
+    rc = getattr(manager, "rollout_config", None)
+    seqs = int(getattr(rc, "max_num_seqs", None) or DEFAULT_MAX_NUM_SEQS)
+    dp = int(getattr(rc, "data_parallel_size", None) or 1)
+    replicas = None
+    if manager is not None and hasattr(manager, "get_replicas"):
+        try:
+            replicas = len(manager.get_replicas())
+        except Exception:  # noqa: BLE001 - fall back to the configured count
+            replicas = None
+    replicas = replicas or int(getattr(servers, "replicas", 1) or 1)
+    return max(1, seqs * dp * replicas)
+
+
+def eval_workers(cfg: dict[str, Any], servers: Any, slots: int) -> int:
+    """Threads that roll out trajectories on the evaluation servers (`run_in_flight`).
+
+    The bound: servers' batch (`server_batch`: max_num_seqs x replicas) + `slots` (tool calls at once,
+    `tool_slots`). A trajectory's thread is either waiting on one request or running one tool call,
+    the servers run at most `server_batch` requests at once and at most `slots` tool calls run at
+    once, so more threads would only wait in vLLM's queue or on the tool semaphore: no more
+    throughput, only threads. Capped by MAX_EVAL_WORKERS (a `ulimit -u` of 4096) and, if set, by
+    verl.eval_concurrency (which can lower the bound, never raise it). Paper scale (2 replicas,
+    max_num_seqs 256, 32 CPUs): 512 + 64 = 576 threads, not one per trajectory (10,372 for math)."""
+    bound = min(server_batch(servers) + max(0, int(slots)), MAX_EVAL_WORKERS)
+    want = (cfg.get("verl") or {}).get("eval_concurrency")
+    return max(1, bound if want is None else min(int(want), bound))
 
 
 def traj_dump(t: Trajectory, st: Start) -> dict[str, Any]:
@@ -164,14 +216,15 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     try:
         make_env = env_factory(s["env"])
         if servers is not None:
-            slots = threading.BoundedSemaphore(tool_slots())
+            n_slots = tool_slots()
+            slots = threading.BoundedSemaphore(n_slots)
             make_env = (lambda f: lambda task: BoundedSteps(f(task), slots))(make_env)
         roller = Roller(eng, make_env, s["psi"], params)
         startup_s = time.perf_counter() - t_start
         t0 = time.perf_counter()
         with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
             if servers is not None:
-                trajs = run_in_flight(roller, starts, bar, int((cfg.get("verl") or {}).get("eval_concurrency", 16384)))
+                trajs = run_in_flight(roller, starts, bar, eval_workers(cfg, servers, n_slots))
             else:
                 trajs = run_chunked(roller, starts, bar)
         rollout_s = time.perf_counter() - t0
