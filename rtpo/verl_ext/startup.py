@@ -337,7 +337,17 @@ class MemoryModel:
                   per-row log-softmax is kept for backward and the gradient allocated: +4 B.
                   use_fused_kernels: 512-token chunks only (utils/experimental/torch_functional.py).
       entropy     chunked (entropy_from_logits_with_chunking) and checkpointed: fp32 chunks of
-                  entropy_from_logits_chunk_size tokens, ~3 copies; unchunked: +4 B T V.
+                  entropy_from_logits_chunk_size tokens, ~3 copies; unchunked: +4 B T V. With
+                  gradients (actor entropy_coeff != 0: Tree-GRPO's bonus; rtpo/verl_ext/trainer.py
+                  calculate_entropy) add, per token x vocabulary entry (rtpo/verl_ext/entropy.py,
+                  measured by tests/test_entropy_memory.py): rtpo's patch (the plugin's
+                  entropy.patch(): per-chunk backward) saves 0 B beyond the logits and allocates the
+                  bf16 dH/dlogits, 2 B, alive next to the log-prob's until autograd sums them;
+                  verl 0.9.1's own function (one reentrant checkpoint around the whole chunk loop,
+                  workers/engine/fsdp/transformer_impl.py; torch.compile falls back to it after the
+                  recompile limit) keeps every chunk's fp32 copy and fp32 softmax, 8 B, plus a full
+                  T x V bf16 gradient per chunk (SliceBackward) next to the one accumulating, 4 B;
+                  unchunked (verl_F.entropy_from_logits, no patch): its bf16 softmax and gradient, 4 B.
       fixed       CUDA context and NCCL buffers of the actor process, the sleeping vLLM worker on the
                   same GPU (its context and CUDA graphs; sleep frees weights and KV cache), allocator
                   fragmentation as a share of the GPU.
@@ -376,10 +386,35 @@ class GpuMemory:
                                               "fixed", "total")}
 
 
+# bytes per (token x vocabulary entry) of entropy with gradients, beyond the logits (MemoryModel, entropy);
+# rtpo/verl_ext/entropy.py SAVED_ + GRAD_BYTES_PER_TOKEN_VOCAB (tests/test_entropy_memory.py checks they agree)
+ENTROPY_GRAD_BYTES = {"patched": 0.0 + 2.0, "verl": 8.0 + 4.0, "unchunked": 2.0 + 2.0}
+
+
+def entropy_patch_active() -> bool:
+    """Whether verl's chunked entropy is rtpo's on the GPU path: the launcher loads rtpo.verl_ext.plugin
+    in every verl process (launch.verl_env: VERL_USE_EXTERNAL_MODULES), whose import calls
+    rtpo.verl_ext.entropy.patch()."""
+    from rtpo.verl_ext import PLUGIN_MODULES
+
+    return "rtpo.verl_ext.plugin" in PLUGIN_MODULES.split(",")
+
+
+def entropy_grad_kind(entropy_grad: bool, chunked: bool, fused: bool, patched: bool) -> str | None:
+    """Which ENTROPY_GRAD_BYTES row an actor update pays (None: no entropy gradient over the logits)."""
+    if not entropy_grad or fused:  # fused kernels: entropy and its gradient inside 512-token chunks
+        return None
+    if not chunked:
+        return "unchunked"
+    return "patched" if patched else "verl"
+
+
 def gpu_memory(shape: ModelShape, tokens: int, n_gpus: int, sp: int, attention: str, flash_ce: bool,
                fused: bool, entropy_chunked: bool, entropy_chunk: int, gpu_gib: float,
-               mm: MemoryModel = MEMORY) -> GpuMemory:
-    """Per-GPU memory (GiB) of one actor micro-batch of `tokens` tokens per GPU (MemoryModel)."""
+               mm: MemoryModel = MEMORY, entropy_grad: bool = False, entropy_patched: bool = True) -> GpuMemory:
+    """Per-GPU memory (GiB) of one actor micro-batch of `tokens` tokens per GPU (MemoryModel).
+    entropy_grad: the update differentiates the entropy (entropy_coeff != 0); entropy_patched: verl's
+    chunked entropy is rtpo's (`entropy_patch_active`)."""
     N, H, L, I, V = shape.params, shape.hidden, shape.layers, shape.intermediate, shape.vocab
     T = int(tokens)
     state = 16 * N / n_gpus
@@ -392,6 +427,9 @@ def gpu_memory(shape: ModelShape, tokens: int, n_gpus: int, sp: int, attention: 
     else:
         logits = T * V * (2 if flash_ce else 6)
     entropy = 3 * entropy_chunk * V * 4 if (entropy_chunked or fused) else 4 * T * V
+    kind = entropy_grad_kind(entropy_grad, entropy_chunked, fused, entropy_patched)
+    if kind:
+        entropy += ENTROPY_GRAD_BYTES[kind] * T * V
     fixed = (mm.actor_context_gib + mm.vllm_asleep_gib) * GIB + mm.fragmentation * gpu_gib * GIB
     parts = [x / GIB for x in (state, transient, activations, attn, logits, entropy, fixed)]
     return GpuMemory(*parts, total=sum(parts), tokens=T)
@@ -621,14 +659,21 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                         f"n) = {multiple}: verl pads the batch with dummy rows (trainer_base.py _balance_batch)"))
     # memory
     chunked = bool(ov["actor_rollout_ref.actor.entropy_from_logits_with_chunking"])
+    entropy_grad = float(ov["actor_rollout_ref.actor.entropy_coeff"]) != 0.0
+    patched = entropy_patch_active()
     mem = gpu_memory(shape, tok, n, sp, attn, spec.installs("flash-attn"), fused, chunked,
-                     int(ov["actor_rollout_ref.actor.entropy_from_logits_chunk_size"]), gpu_gib)
+                     int(ov["actor_rollout_ref.actor.entropy_from_logits_chunk_size"]), gpu_gib,
+                     entropy_grad=entropy_grad, entropy_patched=patched)
+    kind = entropy_grad_kind(entropy_grad, chunked, fused, patched)
     if mem.total > gpu_gib:
         t = mem.terms()
+        why = ("; the entropy term is verl's whole-function entropy recompute for the entropy bonus (8 B x T x V "
+               "saved): load rtpo.verl_ext.plugin, which patches it (rtpo/verl_ext/entropy.py)"
+               if kind == "verl" else "")
         bad(Finding(label, budget_key, "memory",
                     f"estimated {mem.total:.1f} GiB per GPU > verl.gpu_memory_gib {gpu_gib:g} at {tok} tokens per GPU "
                     f"({', '.join(f'{k} {x:.1f}' for k, x in t.items() if k != 'total')}); lower the per-GPU "
-                    "budget (and the rows with it), or use ulysses sp / flash-attn"))
+                    "budget (and the rows with it), or use ulysses sp / flash-attn" + why))
     util = float(ov["actor_rollout_ref.rollout.gpu_memory_utilization"])
     awake = vllm_awake(shape, n, util, gpu_gib)
     if awake > gpu_gib:
@@ -640,7 +685,8 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
     cell.values = {"P": P, "R": R, "P+R": P + R, "tokens/GPU": tok, "max pos": positions, "sp": sp, "TP": tp,
                    "GPUs": n, "attention": attn, "fp32 logits GiB": round(logits_gib, 1),
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
-                   "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"])}
+                   "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
+                   "entropy grad": kind}
     return cell
 
 
