@@ -63,6 +63,12 @@ def test_every_paper_cell_passes_with_its_arithmetic():
         assert c.values["max pos"] == 40960 and c.memory.total < 80
     assert v["sync/interval-2: rtpo/search"]["keep"] and not v["rtpo/search"]["keep"]
     assert rep.evals[0].ok and rep.evals[0].values["GPUs"] == 4
+    # issue 37.1: each method's context bound, side by side (RTPO's c_k against the baselines' episode)
+    assert v["rtpo/math"]["context bound"] == "c_k <= 8192, turn <= 4096"
+    assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 8192")
+    assert v["grpo/math"]["context bound"] == f"episode <= {v['grpo/math']['P+R']}"
+    table = st.format_report(rep)
+    assert "| context bound |" in table and "| rtpo/search | c_k <= 8192, turn <= 4096 |" in table
 
 
 def test_issue_settings_fail_naming_cell_and_key():

@@ -686,8 +686,17 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "GPUs": n, "attention": attn, "fp32 logits GiB": round(logits_gib, 1),
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
-                   "entropy grad": kind}
+                   "entropy grad": kind, "context bound": context_bound(method, P, R)}
     return cell
+
+
+def context_bound(method: str, P: int, R: int) -> str:
+    """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
+    turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
+    full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R."""
+    from rtpo.methods.registry import get_method
+
+    return f"c_k <= {P}, turn <= {R}" if get_method(method).rows == "turn" else f"episode <= {P + R}"
 
 
 def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
@@ -855,7 +864,7 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
     return rep
 
 
-COLUMNS = ["cell", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
+COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
            "est. GiB/GPU", "verdict"]
 
 
