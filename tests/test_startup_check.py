@@ -290,3 +290,21 @@ if __name__ == "__main__":
     tied = sys.argv[1] == "1"
     mp.spawn(run, args=(tied, 29600 + os.getpid() % 300 + (7 if tied else 0)), nprocs=2)
 '''
+
+
+def test_two_node_rule_without_mpi_fails_naming_the_key():
+    """Issue 37.3: without `mpi`, the jobstep plugin runs a two-node job in `srun -n1 --nodes=2`."""
+    import copy
+
+    res = st.load_profile(PROFILE)
+    cfg = paper("verl.nnodes=2")
+    two = copy.deepcopy(res)
+    for rule in ("train_rtpo", "train_grpo"):
+        two.setdefault(rule, {}).update(nodes=2, gpu=16)
+    assert not [f for f in st.check_config(cfg, two).all_findings() if f.key.endswith(".mpi")]
+    for r in two.values():  # the profile without `mpi` (per rule or in its defaults)
+        r.pop("mpi", None)
+    fs = [f for f in st.check_config(cfg, two).all_findings() if f.key.endswith(".mpi")]
+    assert fs and all("srun -n1 --nodes=2" in f.message for f in fs)
+    rules = {f.cell for f in fs}
+    assert "train_rtpo" in rules and "train_grpo" in rules

@@ -4,17 +4,37 @@
 #   usage (inside an allocation, on its first node):  slurm_ray.sh <command> [args...]
 #   e.g.  slurm_ray.sh python -m verl.trainer.main_ppo trainer.nnodes=2 ...
 #
-# `rtpo train --engine verl` calls this when SLURM_JOB_ID is set. One Ray head on the first node of
-# $SLURM_JOB_NODELIST and one Ray worker on every other node, each started by `srun --overlap`
-# (so it also works inside the job step Snakemake's Slurm executor runs the rule in). The command
-# then runs here with RAY_ADDRESS=<head address>:<port>, so verl's ray.init() joins the cluster; its
-# exit status is this script's.
+# `rtpo train --engine verl` calls this when SLURM_JOB_ID is set. Inside a job (a batch script or a
+# job step: SLURMD_NODENAME set), the Ray head runs here, on this node, without srun: it shares this
+# process's step and so sees the GPUs and CPUs Slurm gave it (CUDA_VISIBLE_DEVICES). From a shell
+# outside the nodes (salloc's shell on the login node) it runs on the first node of the allocation
+# in a step of its own, started like a worker's. One Ray worker runs on every other node, each in its
+# own `srun --overlap --nodes=1 --ntasks=1 -w <node>` step that asks for that node's GPUs
+# (--gres=gpu:<n>), CPUs (--cpus-per-task) and memory (--mem=0: all the job's memory there);
+# --overlap lets it share the node with the steps already running. Those steps run with the SLURM_*
+# variables of this job step removed (as the Slurm jobstep executor runs its own srun), since srun
+# reads SLURM_NTASKS, SLURM_NNODES, SLURM_GPUS... as defaults of its options and the job's values
+# (--gpus=16) conflict with a one-node step's. The command then runs here with
+# RAY_ADDRESS=<head address>:<port>, so verl's ray.init() joins the cluster; its exit status is
+# this script's.
+#
+# Where it runs (issue 37). With one node, Snakemake's jobstep executor runs the job in
+# `srun -n1 --gpus=<gpu> --nodes=1`: that step holds the node's GPUs and the head inherits them. A
+# nested `srun --overlap -N1 -n1` without a GPU option (what this script used to start the head
+# with) may get no GPU, depending on the Slurm version and its GRES/cgroup settings. With several
+# nodes that jobstep line (`srun -n1 --nodes=2`) cannot be placed, so the profile sets `mpi` on the
+# training rules: the jobstep executor then runs the job in the batch script itself, on the first
+# node of the allocation, which holds that node's GPUs. The nodes are SLURM_JOB_NODELIST, or, when
+# the jobstep executor has removed it, `scontrol show job $SLURM_JOB_ID`'s NodeList. The head is
+# the node this runs on ($SLURMD_NODENAME), else the first node. When the head runs here and
+# CUDA_VISIBLE_DEVICES lists fewer GPUs than Ray is to be told (below), the script stops (exit 2)
+# rather than start Ray on GPUs it cannot use.
 #
 # Head address. `hostname --ip-address` is not used: it resolves the host name, which on
 # Debian-style /etc/hosts gives 127.0.1.1, and elsewhere may give an address on a network the
-# other nodes do not share. Instead this asks the kernel, on the head node itself (one
-# `srun -w <head>` step), which source address it would use to reach the second node of the
-# allocation: `ip -4 -o route get <second node's address as the head resolves it>` -> its `src`.
+# other nodes do not share. Instead this asks the kernel, on the head node itself (here, or in an
+# `srun -w <head>` step from outside the nodes), which source address it would use to reach the
+# first other node of the allocation: `ip -4 -o route get <second node's address as the head resolves it>` -> its `src`.
 # That is the address of the interface that reaches the other nodes, whatever the host name maps
 # to. With one node the route taken is the default one (to 192.0.2.1, a documentation address; no
 # packet is sent). Without `ip`, the first of `hostname -I`; on one node, failing all, 127.0.0.1.
@@ -35,14 +55,17 @@
 #   RTPO_RAY_PORT       head port P (default from SLURM_JOB_ID, above); P+1, P+2 are used too
 #   RTPO_RAY_HEAD_IP    head address to use as given (default: probed on the head, above)
 #   RTPO_RAY_IFACE      network interface whose IPv4 address the head uses (e.g. ib0)
-#   RTPO_GPUS_PER_NODE  GPUs Ray may use per node (default: $SLURM_GPUS_ON_NODE, else 8)
-#   RTPO_CPUS_PER_NODE  CPUs Ray may use per node (default: $SLURM_CPUS_ON_NODE, else all)
+#   RTPO_GPUS_PER_NODE  GPUs Ray may use per node, and each worker's step asks for (default:
+#                       $SLURM_GPUS_ON_NODE, else as many as CUDA_VISIBLE_DEVICES lists, else 8)
+#   RTPO_CPUS_PER_NODE  CPUs Ray may use per node, and each worker's step asks for (default:
+#                       $SLURM_CPUS_ON_NODE, else the first count of $SLURM_JOB_CPUS_PER_NODE, else
+#                       with the head here `nproc`, i.e. the CPUs this step holds; else Ray's own)
 #   RTPO_RAY_WAIT       seconds to wait for all nodes to join (default 300)
 #   RTPO_RAY_POLL       seconds between checks while waiting (default 5)
 #   RTPO_RAY_TMPDIR     Ray's --temp-dir on the head (default: Ray's, /tmp/ray)
 #   RAY_BIN             the `ray` executable (default: next to `python` on PATH); the wait for
 #                       the nodes runs `$RAY_BIN status --address=<head>:<port>` and counts them
-# Ray stops when its srun steps end (this script terminates them on exit); it never runs
+# Ray stops when the head and the workers' srun steps end (this script terminates them on exit); it never runs
 # `ray stop`, which would stop every Ray instance on the node, not only this one.
 set -euo pipefail
 
@@ -51,12 +74,18 @@ die() {
   exit 2
 }
 
-if [[ -z "${SLURM_JOB_NODELIST:-}" ]]; then
-  die "not inside a Slurm allocation (SLURM_JOB_NODELIST is unset)"
+if [[ -z "${SLURM_JOB_NODELIST:-}" && -z "${SLURM_JOB_ID:-}" ]]; then
+  die "not inside a Slurm allocation (SLURM_JOB_NODELIST and SLURM_JOB_ID are unset)"
 fi
 if [[ $# -eq 0 ]]; then
   echo "usage: slurm_ray.sh <command> [args...]" >&2
   exit 2
+fi
+NODELIST="${SLURM_JOB_NODELIST:-}"
+if [[ -z "$NODELIST" ]]; then  # the jobstep executor removes it: ask the controller
+  NODELIST="$(scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeList=//p' | head -n1)" || true
+  [[ -n "$NODELIST" && "$NODELIST" != "(null)" ]] \
+    || die "not inside a Slurm allocation (SLURM_JOB_NODELIST is unset and \`scontrol show job $SLURM_JOB_ID\` names no nodes)"
 fi
 
 if [[ -n "${RTPO_RAY_PORT:-}" ]]; then
@@ -71,16 +100,55 @@ if ! [[ "$PORT" =~ ^[0-9]+$ ]] || (( PORT < 1024 || PORT > 65533 )); then
 fi
 CLIENT_PORT=$(( PORT + 1 ))
 AGENT_PORT=$(( PORT + 2 ))
-GPUS="${RTPO_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-8}}"
-CPUS="${RTPO_CPUS_PER_NODE:-${SLURM_CPUS_ON_NODE:-}}"
+VISIBLE=""  # GPUs this step holds, as CUDA_VISIBLE_DEVICES lists them (empty: not set)
+if [[ -n "${CUDA_VISIBLE_DEVICES+x}" ]]; then
+  VISIBLE=0
+  [[ -n "$CUDA_VISIBLE_DEVICES" && "$CUDA_VISIBLE_DEVICES" != NoDevFiles ]] && VISIBLE=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+fi
+HERE="${SLURMD_NODENAME:-}"  # the node this runs on, when it runs on one of the allocation's
+GPUS="${RTPO_GPUS_PER_NODE:-${SLURM_GPUS_ON_NODE:-${VISIBLE:-8}}}"
+JOB_CPUS="${SLURM_JOB_CPUS_PER_NODE:-}"  # e.g. 64(x2): 64 on each of 2 nodes
+CPUS="${RTPO_CPUS_PER_NODE:-${SLURM_CPUS_ON_NODE:-${JOB_CPUS%%[!0-9]*}}}"
+[[ -z "$CPUS" && -n "$HERE" ]] && CPUS="$(nproc 2>/dev/null || true)"
+[[ "$GPUS" =~ ^[0-9]+$ ]] || die "GPUs per node '$GPUS' is not a number (RTPO_GPUS_PER_NODE / SLURM_GPUS_ON_NODE)"
+if [[ -n "$HERE" && -n "$VISIBLE" ]] && (( VISIBLE < GPUS )); then
+  die "this job step sees $VISIBLE GPU(s) (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES}), but Ray would be told" \
+      "$GPUS per node: run it in a step that holds the node's GPUs (the profile's gpu / nodes / mpi, README" \
+      "of workflow/profiles/slurm), or set RTPO_GPUS_PER_NODE"
+fi
 WAIT="${RTPO_RAY_WAIT:-300}"
 POLL="${RTPO_RAY_POLL:-5}"
 RAY_BIN="${RAY_BIN:-$(dirname "$(command -v python || echo .)")/ray}"
 [[ -x "$RAY_BIN" ]] || die "no Ray executable at $RAY_BIN (set RAY_BIN)"
-mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+mapfile -t NODES < <(scontrol show hostnames "$NODELIST")
 NNODES=${#NODES[@]}
-(( NNODES > 0 )) || die "scontrol show hostnames $SLURM_JOB_NODELIST gave no nodes"
-HEAD="${NODES[0]}"
+(( NNODES > 0 )) || die "scontrol show hostnames $NODELIST gave no nodes"
+# The head is this node (or the first, from outside the nodes); the workers are the others.
+HEAD="${HERE:-${NODES[0]}}"
+SELF=-1
+for i in "${!NODES[@]}"; do
+  if [[ "${NODES[$i]}" == "$HEAD" ]]; then SELF=$i; break; fi
+done
+(( SELF >= 0 )) || die "this node ($HEAD, SLURMD_NODENAME) is not in the allocation's nodes ($NODELIST)"
+WORKERS=()
+for i in "${!NODES[@]}"; do
+  (( i == SELF )) || WORKERS+=("${NODES[$i]}")
+done
+
+# Steps on other nodes (the workers; the head from outside the nodes): this step's SLURM_* removed
+# but for the job's identity (srun reads the others as option defaults), then exactly one task on
+# one node with that node's GPUs, CPUs and memory.
+STEP_ENV=(env)
+while IFS= read -r var; do
+  case "$var" in
+    SLURM_JOB_ID|SLURM_JOBID|SLURM_CONF|SLURM_CLUSTER_NAME|SLURM_SUBMIT_DIR|SLURM_SUBMIT_HOST|SLURM_ARRAY_*) ;;
+    SLURM_*|SRUN_*|SBATCH_*) STEP_ENV+=(-u "$var") ;;
+  esac
+done < <(compgen -e)
+STEP_ARG=(--overlap --nodes=1 --ntasks=1)
+(( GPUS > 0 )) && STEP_ARG+=(--gres="gpu:$GPUS")
+[[ -n "$CPUS" ]] && STEP_ARG+=(--cpus-per-task="$CPUS")
+STEP_ARG+=(--mem=0)
 
 # Runs on the head node: the IPv4 address it reaches node $2 from (or the first of interface $1).
 head_ip_probe() {
@@ -101,12 +169,16 @@ if [[ -n "${RTPO_RAY_HEAD_IP:-}" ]]; then
   HEAD_IP="$RTPO_RAY_HEAD_IP"
   HOW="RTPO_RAY_HEAD_IP"
 else
-  HEAD_IP="$(srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" \
-               bash -c "$(declare -f head_ip_probe); head_ip_probe \"\$1\" \"\$2\"" head_ip_probe \
-               "${RTPO_RAY_IFACE:-}" "${NODES[1]:-}" | awk 'NF {print $1; exit}')" \
-    || die "could not run the address probe on the head node $HEAD (srun failed); set RTPO_RAY_HEAD_IP"
+  if [[ -n "$HERE" ]]; then
+    HEAD_IP="$(head_ip_probe "${RTPO_RAY_IFACE:-}" "${WORKERS[0]:-}" | awk 'NF {print $1; exit}')"
+  else
+    HEAD_IP="$("${STEP_ENV[@]}" srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" \
+                 bash -c "$(declare -f head_ip_probe); head_ip_probe \"\$1\" \"\$2\"" head_ip_probe \
+                 "${RTPO_RAY_IFACE:-}" "${WORKERS[0]:-}" | awk 'NF {print $1; exit}')" \
+      || die "could not run the address probe on the head node $HEAD (srun failed); set RTPO_RAY_HEAD_IP"
+  fi
   HOW="${RTPO_RAY_IFACE:+interface $RTPO_RAY_IFACE}"
-  HOW="${HOW:-${NODES[1]:+route to }${NODES[1]:-default route}}"
+  HOW="${HOW:-${WORKERS[0]:+route to }${WORKERS[0]:-default route}}"
   if [[ -z "$HEAD_IP" ]] && (( NNODES == 1 )); then
     HEAD_IP=127.0.0.1 HOW="no address found; one node"
   fi
@@ -141,7 +213,7 @@ wait_for_nodes() {  # $1: how many
   until (( $(ray_nodes) >= $1 )); do
     for pid in "${PIDS[@]}"; do
       if ! kill -0 "$pid" 2>/dev/null; then
-        echo "slurm_ray.sh: a Ray node's srun step exited before the cluster was up (see its output above)" >&2
+        echo "slurm_ray.sh: a Ray node (the head, or a worker's srun step) exited before the cluster was up (see its output above)" >&2
         exit 3
       fi
     done
@@ -153,16 +225,18 @@ wait_for_nodes() {  # $1: how many
   done
 }
 
-echo "slurm_ray.sh: head $HEAD ($ADDRESS, from ${HOW}), $NNODES node(s), $GPUS GPU(s) per node," \
-     "ports $PORT-$AGENT_PORT"
-srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" \
+echo "slurm_ray.sh: head $HEAD ($ADDRESS, from ${HOW}), $NNODES node(s), $GPUS GPU(s) per node" \
+     "(${HERE:+the head here, CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}}${HERE:-the head in an srun step}), ports $PORT-$AGENT_PORT"
+ON_HEAD=()  # here: nothing; from outside the nodes: a step on the head node
+[[ -n "$HERE" ]] || ON_HEAD=("${STEP_ENV[@]}" srun "${STEP_ARG[@]}" -w "$HEAD")
+${ON_HEAD[@]+"${ON_HEAD[@]}"} \
   "$RAY_BIN" start --head --node-ip-address="$HEAD_IP" --port="$PORT" --ray-client-server-port="$CLIENT_PORT" \
   --dashboard-agent-listen-port="$AGENT_PORT" --num-gpus="$GPUS" ${CPU_ARG[@]+"${CPU_ARG[@]}"} \
   ${TMP_ARG[@]+"${TMP_ARG[@]}"} --include-dashboard=false --disable-usage-stats --block &
 PIDS+=($!)
 wait_for_nodes 1  # the head answers: the workers can join
-for node in "${NODES[@]:1}"; do
-  srun --overlap --nodes=1 --ntasks=1 -w "$node" \
+for node in ${WORKERS[@]+"${WORKERS[@]}"}; do
+  "${STEP_ENV[@]}" srun "${STEP_ARG[@]}" -w "$node" \
     "$RAY_BIN" start --address="$ADDRESS" --dashboard-agent-listen-port="$AGENT_PORT" --num-gpus="$GPUS" \
     ${CPU_ARG[@]+"${CPU_ARG[@]}"} --block &
   PIDS+=($!)

@@ -799,6 +799,11 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
                                     "--gpus is the job's total)"))
         if nodes != nnodes:
             findings.append(Finding(rule, f"{key}.nodes", "nodes", f"nodes {nodes} != verl.nnodes {nnodes}"))
+        if nodes > 1 and "mpi" not in r:
+            findings.append(Finding(rule, f"{key}.mpi", "nodes",
+                                    f"nodes {nodes} without mpi: the Slurm jobstep plugin then runs the job in `srun -n1 "
+                                    f"--nodes={nodes}`, which srun cannot place (keep mpi: 0, "
+                                    "workflow/profiles/slurm/config.yaml)"))
         if row["mem_mb"] < need_mb:
             findings.append(Finding(rule, f"{key}.mem_mb", "host memory",
                                     f"mem_mb {row['mem_mb']} < the host-RAM estimate {need_mb} MB per node "

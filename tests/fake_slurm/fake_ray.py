@@ -4,7 +4,9 @@ Two commands, the two the script runs; every call appends {"argv", "pid", "ray_a
 $FAKE_SLURM_DIR/ray_calls.jsonl (ray_address: the caller's RAY_ADDRESS, or null).
 
   start ... --block   one Ray "node": writes $FAKE_SLURM_DIR/ray_nodes/<pid>.json with its address
-                      (`--head`: <--node-ip-address>:<--port>; a worker: its --address), then sleeps
+                      (`--head`: <--node-ip-address>:<--port>; a worker: its --address), the Slurm node
+                      it runs on (SLURMD_NODENAME, as "host"), its --num-gpus and the GPUs it can see
+                      (CUDA_VISIBLE_DEVICES, null when unset: what the fake srun gave its step), then sleeps
                       until it is signalled (SIGTERM ends it, as it ends `ray start --block`).
                       FAKE_RAY_FAIL=head|worker: that kind of node exits 1 at once instead;
                       FAKE_RAY_JOIN_DELAY=<s>: a worker joins (writes its file) only after s seconds.
@@ -78,7 +80,9 @@ def start(argv: list[str]) -> int:
     if not head:
         time.sleep(float(os.environ.get("FAKE_RAY_JOIN_DELAY", "0")))
     node = state_dir() / "ray_nodes" / f"{os.getpid()}.json"
-    node.write_text(json.dumps({"pid": os.getpid(), "head": head, "address": address}))
+    node.write_text(json.dumps({"pid": os.getpid(), "head": head, "address": address,
+                                "host": os.environ.get("SLURMD_NODENAME"), "num_gpus": o.get("--num-gpus"),
+                                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}))
     if "--block" not in o:
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

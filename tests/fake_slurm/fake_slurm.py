@@ -6,12 +6,48 @@ first on PATH and set FAKE_SLURM_DIR to an empty directory. Every call appends o
 {"cmd", "argv", "cwd"} to $FAKE_SLURM_DIR/calls.jsonl.
 
 sbatch runs the job synchronously on this machine: the `--wrap=` command (or the script on stdin)
-in the `-D` directory, output to `--output` (%j = job id), with SLURM_JOB_ID and SLURM_GPUS set
-as Slurm would; it records the job's state (COMPLETED or FAILED) under $FAKE_SLURM_DIR/jobs and
-prints the job id (`--parsable`). sacct and squeue report those states as `<id>|<STATE>`;
+in the `-D` directory, output to `--output` (%j = job id), with the batch environment Slurm sets
+(below); it records the job's state (COMPLETED or FAILED) and its allocation under
+$FAKE_SLURM_DIR/jobs and prints the job id (`--parsable`). sacct and squeue report those states as `<id>|<STATE>`;
 sacctmgr lists one account ($FAKE_SLURM_ACCOUNT, default "rtpo_test"); scontrol shows a config
-with MinJobAge and MaxArraySize, and expands a node list (`scontrol show hostnames gpu[07-08],cpu1`);
-srun drops its options (`-w NODE` included: every "node" is this machine) and runs the command.
+with MinJobAge and MaxArraySize, expands a node list (`scontrol show hostnames gpu[07-08],cpu1`) and
+shows a job sbatch ran (`scontrol [-o] show job <id>`: JobId, JobState, NodeList, NumNodes, TRES);
+srun checks its options against the job's allocation as real srun does, then runs the command
+(every "node" is this machine); see "Allocations and job steps" below.
+
+Allocations and job steps (issue 37). Every fake node has FAKE_SLURM_GPUS_PER_NODE GPUs (default 8).
+sbatch allocates -N/--nodes nodes (default 1), named FAKE_SLURM_NODE_PREFIX01.. (default "fakenode"),
+and GPUs per node from --gpus=[type:]N (the job's total, split evenly), --gpus-per-node=[type:]N or
+--gres=gpu[:type]:N (per node); more per node than a node has is refused as sbatch refuses it
+("Requested node configuration is not available"). The batch script runs on the first node with
+SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_JOB_NUM_NODES / SLURM_NNODES, SLURMD_NODENAME, SLURM_GPUS
+(from --gpus), SLURM_GPUS_ON_NODE and CUDA_VISIBLE_DEVICES=0,..,g-1 (the batch step holds the first
+node's GPUs). srun finds the allocation from SLURM_JOB_ID (the job sbatch recorded; failing that,
+SLURM_JOB_NODELIST with FAKE_SLURM_GPUS_PER_NODE GPUs on each node, as a hand-made allocation in a
+test; a test may also write $FAKE_SLURM_DIR/jobs/<id>.json as {"name": "", "state": "RUNNING", "alloc":
+{"nodes": [...], "gpus_per_node": g}} for an allocation made elsewhere, as by salloc) and makes a step of it:
+  - nodes: -N/--nodes, else as many as -w/--nodelist names, else min(tasks, the allocation's nodes);
+    tasks: -n/--ntasks, else nodes x --ntasks-per-node, else one per node. Options missing from the
+    command line are read from the input environment as srun reads it (SLURM_NNODES, SLURM_NTASKS /
+    SLURM_NPROCS, SLURM_NTASKS_PER_NODE, SLURM_GPUS, SLURM_GPUS_PER_NODE), so a nested srun that
+    inherits them from its job gets them too (an inherited SLURM_NNODES gives way to a smaller -n).
+  - fewer tasks than nodes is an error (real srun warns "can't run 1 processes on 2 nodes, setting
+    nnodes to 1" and goes on with fewer nodes than were asked for, which for us is always the bug).
+  - GPUs per node: --gpus=[type:]N (the step's total, split over its nodes), --gpus-per-node=[type:]N,
+    --gpus-per-task=N (x tasks per node) or --gres=gpu[:type]:N (--gres=none: none); --gres=gpu and
+    --gpus* together are refused. A step that asks for no GPU gets none: real Slurm may give it the
+    job's GPUs (srun's default GRES; overlapping steps sharing GRES) or not (older versions, device
+    cgroups), so a step that needs GPUs must ask for them. More per node than the allocation has ->
+    "Unable to create step ... Requested node configuration is not available", exit 1. GPUs held by
+    a live step are busy for a new step unless the new one has --overlap (real srun would wait;
+    this one fails at once: "Requested nodes are busy").
+  - -w/--nodelist: the nodes must be in the allocation.
+  Each task runs with SLURM_STEP_ID, SLURM_STEP_NODELIST, SLURM_STEP_NUM_NODES, SLURM_NNODES,
+  SLURM_NTASKS, SLURM_PROCID, SLURM_NODEID, SLURMD_NODENAME (its node), SLURM_GPUS_ON_NODE and
+  CUDA_VISIBLE_DEVICES=0,..,g-1 for the GPUs its step got on its node (both unset when none); one
+  task is exec'd (srun's pid is the task's), several run side by side and srun exits with the
+  highest status. Each step is recorded in $FAKE_SLURM_DIR/steps.jsonl ({"job", "step", "pid",
+  "nodes", "ntasks", "gpus_per_node", "overlap", "argv"}); a failed one as {"error": ...}.
 
 A job runs in its own session; when its script exits, what is left of it is killed, as Slurm ends
 a job's processes with the job.
@@ -42,7 +78,8 @@ VALUE_OPTS = {"-A", "--account", "-p", "--partition", "-t", "--time", "--mem", "
               "--clusters", "-M", "-n", "--ntasks", "-c", "--cpus-per-task", "-N", "--nodes", "--jobid",
               "--gpus", "-G", "--gres", "--qos", "--reservation", "--exclude", "--array",
               "--starttime", "-S", "--endtime", "-E", "--format", "-o", "-u", "--user", "--states", "--name",
-              "-w", "--nodelist"}
+              "-w", "--nodelist", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--mem-per-gpu",
+              "--cpus-per-gpu", "--ntasks-per-gpu", "--distribution", "-m"}
 
 
 def state_dir() -> Path:
@@ -119,10 +156,22 @@ def sbatch(argv: list[str]) -> int:
     log_path = Path(workdir) / log if not os.path.isabs(log) else Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, SLURM_JOB_ID=job_id, SLURM_JOBID=job_id, SLURM_JOB_NAME=name)
+    try:
+        alloc = allocate(opts)
+    except SlurmError as e:
+        print(f"sbatch: error: Batch job submission failed: {e}", file=sys.stderr)
+        return 1
     gpus = opts.get("--gpus", opts.get("-G"))
     if gpus:
         env["SLURM_GPUS"] = gpus
-    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts}))
+    nodes = alloc["nodes"]
+    env.update(SLURM_JOB_NODELIST=",".join(nodes), SLURM_NODELIST=",".join(nodes), SLURM_JOB_NUM_NODES=str(len(nodes)),
+               SLURM_NNODES=str(len(nodes)), SLURMD_NODENAME=nodes[0])
+    for k in ("--ntasks", "-n"):
+        if k in opts:
+            env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = opts[k]
+    set_gpu_env(env, alloc["gpus_per_node"])  # the batch step holds the first node's GPUs
+    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc}))
     kill = kill_plan(opts, workdir)
     with open(log_path, "w") as out:
         proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
@@ -130,7 +179,7 @@ def sbatch(argv: list[str]) -> int:
         killed = run_job(proc, kill)
     rc = proc.returncode
     state = kill["state"] if killed else "COMPLETED" if rc == 0 else "FAILED"
-    job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts,
+    job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts, "alloc": alloc,
                                             **({"killed": killed} if killed else {})}))
     print(job_id if "--parsable" in opts else f"Submitted batch job {job_id}")
     return 0
@@ -251,15 +300,235 @@ def scontrol(argv: list[str]) -> int:
         print("MaxArraySize            = 1001")
     elif argv[:2] == ["show", "hostnames"] and len(argv) > 2:
         print("\n".join(hostnames(argv[2])))
+    elif "show" in argv and "job" in argv:  # scontrol [-o] show job <id>: the fields a script reads
+        job_id = argv[argv.index("job") + 1] if argv.index("job") + 1 < len(argv) else ""
+        if not job_id or not job_file(job_id).exists():
+            print(f"slurm_load_jobs error: Invalid job id specified ({job_id})", file=sys.stderr)
+            return 1
+        j = json.loads(job_file(job_id).read_text())
+        alloc = j.get("alloc") or {"nodes": [], "gpus_per_node": 0}
+        nodes, gpn = alloc["nodes"], alloc["gpus_per_node"]
+        fields = [f"JobId={job_id}", f"JobName={j['name']}", f"JobState={j['state']}", "ReqNodeList=(null)",
+                  "ExcNodeList=(null)", f"NodeList={','.join(nodes)}", f"BatchHost={nodes[0] if nodes else ''}",
+                  f"NumNodes={len(nodes)}", f"TRES=cpu=1,node={len(nodes)}" + (f",gres/gpu={gpn * len(nodes)}" if gpn else "")]
+        print(" ".join(fields) if "-o" in argv else "\n   ".join(fields))
     return 0
 
 
+class SlurmError(Exception):
+    """A request Slurm refuses; the message is Slurm's reason."""
+
+
+NO_CONFIG = "Requested node configuration is not available"
+
+
+def node_gpus() -> int:
+    """GPUs on each fake node (the hardware)."""
+    return int(os.environ.get("FAKE_SLURM_GPUS_PER_NODE", "8"))
+
+
+def gpu_count(spec: str, what: str) -> int:
+    """`8`, `a100:8` (--gpus*), `gpu:8`, `gpu:a100:8` (--gres) -> 8; `none` -> 0."""
+    if spec == "none":
+        return 0
+    parts = spec.split(",")
+    gpu = [p for p in parts if p.split(":")[0] == "gpu"] if what == "--gres" else parts
+    if what == "--gres" and not gpu:
+        return 0
+    m = re.fullmatch(r"(?:gpu:)?(?:[A-Za-z0-9_.-]+:)?(\d+)" if what == "--gres" else r"(?:[A-Za-z0-9_.-]+:)?(\d+)",
+                     gpu[0])
+    if not m:
+        if what == "--gres" and gpu[0] == "gpu":
+            return 1
+        raise SlurmError(f"Invalid generic resource (gres) specification ({what}={spec})")
+    return int(m.group(1))
+
+
+def gpus_per_node(opts: dict[str, str], nodes: int, tasks_per_node: int) -> int | None:
+    """GPUs per node a job or step asks for (None: no GPU option)."""
+    gres = opts.get("--gres")
+    gpus = {k: opts[k] for k in ("--gpus", "-G", "--gpus-per-node", "--gpus-per-task") if k in opts}
+    if gres is not None and gpu_count(gres, "--gres") and gpus:
+        raise SlurmError("Invalid generic resource (gres) specification (--gres=gpu and --gpus* together: "
+                         f"--gres={gres} {' '.join(f'{k}={v}' for k, v in gpus.items())})")
+    if gres is not None and not gpus:
+        return gpu_count(gres, "--gres")
+    if "--gpus-per-node" in gpus:
+        return gpu_count(gpus["--gpus-per-node"], "--gpus-per-node")
+    if "--gpus-per-task" in gpus:
+        return gpu_count(gpus["--gpus-per-task"], "--gpus-per-task") * tasks_per_node
+    total = gpus.get("--gpus", gpus.get("-G"))
+    if total is not None:
+        n = gpu_count(total, "--gpus")
+        return -(-n // nodes)  # spread over the nodes; the busiest node needs this many
+    return None
+
+
+def set_gpu_env(env: dict[str, str], gpus: int) -> None:
+    """What slurmd sets for a batch script or task that holds `gpus` GPUs of its node (none: unset)."""
+    for k in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "GPU_DEVICE_ORDINAL"):
+        env.pop(k, None)
+    if gpus:
+        ids = ",".join(str(i) for i in range(gpus))
+        env.update(CUDA_VISIBLE_DEVICES=ids, GPU_DEVICE_ORDINAL=ids, SLURM_STEP_GPUS=ids, SLURM_GPUS_ON_NODE=str(gpus))
+
+
+def allocate(opts: dict[str, str]) -> dict:
+    """The nodes and GPUs per node an sbatch gets (SlurmError when no node can hold them)."""
+    n = int(opts.get("--nodes", opts.get("-N", "1")).split("-")[0])
+    gpn = gpus_per_node(opts, n, 1) or 0
+    if gpn > node_gpus():
+        raise SlurmError(f"{NO_CONFIG} ({gpn} GPUs per node asked, the nodes have {node_gpus()})")
+    prefix = os.environ.get("FAKE_SLURM_NODE_PREFIX", "fakenode")
+    return {"nodes": [f"{prefix}{i:02d}" for i in range(1, n + 1)], "gpus_per_node": gpn}
+
+
+def job_allocation(job_id: str | None) -> dict:
+    """The allocation of the job srun runs in: recorded by sbatch, else SLURM_JOB_NODELIST (a test's)."""
+    if job_id and job_file(job_id).exists():
+        alloc = json.loads(job_file(job_id).read_text()).get("alloc")
+        if alloc:
+            return alloc
+    nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
+    if not job_id or not nodelist:
+        raise SlurmError("no job allocation: SLURM_JOB_ID is not a job here and SLURM_JOB_NODELIST is unset "
+                         "(this fake srun only runs steps inside an allocation)")
+    return {"nodes": hostnames(nodelist), "gpus_per_node": node_gpus()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is gone
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def make_step(argv: list[str], opts: dict[str, str]) -> dict:
+    """The step srun would create (SlurmError when Slurm would refuse it)."""
+    env = os.environ
+    job_id = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    alloc = job_allocation(job_id)
+    # options missing from the command line come from srun's input environment
+    from_env = set()
+    for opt, var in (("--nodes", "SLURM_NNODES"), ("--ntasks", "SLURM_NTASKS"), ("--ntasks", "SLURM_NPROCS"),
+                     ("--ntasks-per-node", "SLURM_NTASKS_PER_NODE"), ("--gpus", "SLURM_GPUS"),
+                     ("--gpus-per-node", "SLURM_GPUS_PER_NODE")):
+        short = {"--nodes": "-N", "--ntasks": "-n", "--gpus": "-G"}.get(opt)
+        if opt not in opts and (short is None or short not in opts) and env.get(var):
+            opts[opt] = env[var]
+            from_env.add(opt)
+    listed = hostnames(opts.get("-w", opts.get("--nodelist", ""))) if ("-w" in opts or "--nodelist" in opts) else []
+    unknown = [n for n in listed if n not in alloc["nodes"]]
+    if unknown:
+        raise SlurmError(f"Requested node configuration is not available (nodes {','.join(unknown)} are not in "
+                         f"the allocation {','.join(alloc['nodes'])})")
+    n_opt = opts.get("--nodes", opts.get("-N"))
+    t_opt = opts.get("--ntasks", opts.get("-n"))
+    per_node = opts.get("--ntasks-per-node")
+    if n_opt is not None:
+        nodes = int(n_opt.split("-")[0])
+    elif listed:
+        nodes = len(set(listed))
+    elif t_opt is not None:
+        nodes = min(int(t_opt), len(alloc["nodes"]))
+    else:
+        nodes = len(alloc["nodes"])
+    ntasks = int(t_opt) if t_opt is not None else nodes * int(per_node) if per_node else nodes
+    if ntasks < nodes and "--nodes" in from_env:  # a node count inherited from the job gives way to -n
+        nodes = ntasks
+    if ntasks < nodes:
+        raise SlurmError(f"can't run {ntasks} processes on {nodes} nodes: more nodes than tasks (real srun warns "
+                         f"and sets nnodes to {ntasks}, so the step does not get the nodes it asked for)")
+    if nodes > len(alloc["nodes"]):
+        raise SlurmError(f"{NO_CONFIG} ({nodes} nodes asked, the allocation has {len(alloc['nodes'])})")
+    if len(set(listed)) > nodes:
+        raise SlurmError(f"{NO_CONFIG} (-w names {len(set(listed))} nodes, -N is {nodes})")
+    step_nodes = list(dict.fromkeys(listed)) + [n for n in alloc["nodes"] if n not in listed]
+    step_nodes = step_nodes[:nodes]
+    tasks_on = [ntasks // nodes + (1 if i < ntasks % nodes else 0) for i in range(nodes)]
+    gpn = gpus_per_node(opts, nodes, max(tasks_on)) or 0
+    if gpn > alloc["gpus_per_node"]:
+        raise SlurmError(f"{NO_CONFIG} ({gpn} GPUs per node asked on {nodes} node(s), the allocation has "
+                         f"{alloc['gpus_per_node']} per node)")
+    overlap = "--overlap" in opts
+    if gpn and not overlap:
+        for line in (state_dir() / "steps.jsonl").read_text().splitlines() if (state_dir() / "steps.jsonl").exists() else []:
+            other = json.loads(line)
+            if other.get("job") != job_id or "error" in other or not _alive(other["pid"]):
+                continue
+            for node in set(other["nodes"]) & set(step_nodes):
+                held = other["gpus_per_node"]
+                if held + gpn > alloc["gpus_per_node"]:
+                    raise SlurmError(f"Requested nodes are busy (step {other['step']} holds {held} of the "
+                                     f"{alloc['gpus_per_node']} GPUs of {node}; add --overlap to share them. Real "
+                                     "srun waits here: 'Job step creation temporarily disabled, retrying')")
+    return {"job": job_id, "nodes": step_nodes, "ntasks": ntasks, "tasks_on": tasks_on, "gpus_per_node": gpn,
+            "overlap": overlap, "alloc": alloc}
+
+
+def next_step_id() -> int:
+    counter = state_dir() / "next_step"
+    with open(state_dir() / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        n = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(n + 1))
+    return n
+
+
+def record_step(entry: dict) -> None:
+    with open(state_dir() / "steps.jsonl", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.write(json.dumps(entry) + "\n")
+
+
 def srun(argv: list[str]) -> int:
-    _, rest = parse(argv)
+    opts, rest = parse(argv)
     if not rest:
         sys.exit("fake srun: no command")
-    os.execvp(rest[0], rest)
-    return 127  # not reached
+    try:
+        step = make_step(argv, opts)
+    except SlurmError as e:
+        record_step({"argv": argv, "error": str(e)})
+        job = os.environ.get("SLURM_JOB_ID", "?")
+        print(f"srun: error: Unable to create step for job {job}: {e}", file=sys.stderr)
+        return 1
+    step_id = next_step_id()
+    alloc = step["alloc"]
+    base = dict(os.environ, SLURM_JOB_NODELIST=",".join(alloc["nodes"]), SLURM_NODELIST=",".join(step["nodes"]),
+                SLURM_JOB_NUM_NODES=str(len(alloc["nodes"])), SLURM_STEP_ID=str(step_id),
+                SLURM_STEP_NODELIST=",".join(step["nodes"]), SLURM_STEP_NUM_NODES=str(len(step["nodes"])),
+                SLURM_NNODES=str(len(step["nodes"])), SLURM_NTASKS=str(step["ntasks"]), SLURM_NPROCS=str(step["ntasks"]))
+    if step["job"]:
+        base.update(SLURM_JOB_ID=step["job"], SLURM_JOBID=step["job"])
+    for k in ("SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_NTASKS_PER_NODE"):  # inputs, not what a task sees
+        base.pop(k, None)
+    tasks = []
+    for i, node in enumerate(step["nodes"]):
+        for _ in range(step["tasks_on"][i]):
+            env = dict(base, SLURM_PROCID=str(len(tasks)), SLURM_NODEID=str(i), SLURMD_NODENAME=node)
+            set_gpu_env(env, step["gpus_per_node"])
+            tasks.append(env)
+    entry = {k: step[k] for k in ("job", "nodes", "ntasks", "gpus_per_node", "overlap")}
+    if len(tasks) == 1:
+        record_step({**entry, "step": step_id, "pid": os.getpid(), "argv": argv})
+        os.execvpe(rest[0], rest, tasks[0])
+        return 127  # not reached
+    procs = [subprocess.Popen(rest, env=env) for env in tasks]
+    record_step({**entry, "step": step_id, "pid": os.getpid(), "argv": argv})
+
+    def forward(sig, _frame):
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(p.wait() for p in procs)
 
 
 COMMANDS = {"sbatch": sbatch, "srun": srun, "sacct": sacct, "squeue": squeue, "sacctmgr": sacctmgr,
