@@ -20,7 +20,8 @@ import pytest
 from rtpo.cli import main as rtpo_main
 from rtpo.report.load import load_results, read_eval_json, read_metrics_jsonl, select_window
 from rtpo.report.stats import (
-    INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, direction_verdict, equivalence_verdict, summarize, t975,
+    INCONCLUSIVE, KIND_STRUCTURAL, NOT_REPRODUCED, REPRODUCED, VERDICTS, direction_verdict, equivalence_verdict,
+    structural_verdict, summarize, t975, theory_verdict,
 )
 from tests.report_fixture import (
     PLANT_OFF_BEATS_ON, PLANT_RTPO_VS_VANILLA, THEORY_ROWS, fixture_config, make_results_tree, write_config,
@@ -224,7 +225,9 @@ def test_ledger_effect_traces_to_jsonl(tree):
     assert r["ours_mean"] == pytest.approx(np.mean(diffs))
     half = t975(2) * np.std(diffs, ddof=1) / math.sqrt(3)
     assert (r["ci95_lo"], r["ci95_hi"]) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
-    expected = direction_verdict(summarize(diffs), +1)
+    # GRPO − RTPO KL >= 0 holds by construction (k3 >= 0, RTPO's ~0): structural, never "reproduced"
+    assert r["kind"] == KIND_STRUCTURAL
+    expected = structural_verdict(direction_verdict(summarize(diffs), +1))
     assert r["verdict"] == expected
 
 
@@ -235,11 +238,13 @@ def test_ledger_covers_every_section_and_states_its_rule(tree):
     for sec in ("§4.1", "§4.2", "§4.3", "§4.4", "§F.1", "§F.2", "§G.1", "§G.2", "§G.3", "§G.4", "§G.5", "§G.6",
                 "§G.7", "theory"):
         assert sec in srcs, sec
-    assert set(led.verdict) <= {REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE}
+    assert set(led.verdict) <= set(VERDICTS)
     theory = led[led.rule == "theory-check"]
-    assert list(theory.verdict) == [REPRODUCED if r["holds"] else NOT_REPRODUCED for r in THEORY_ROWS]
+    assert list(theory.verdict) == [theory_verdict(r["closed_form"], r["monte_carlo"], r["tolerance"], r["holds"],
+                                                   r.get("note", "")) for r in THEORY_ROWS]
     md = (work / "results" / "tables" / "claims.md").read_text()
     assert "excludes 0 on the paper's side" in md and "fewer than 2 seeds: inconclusive" in md
+    assert "holds by construction" in md and "effect excluded" in md
     assert "\\begin{longtable}" in (work / "results" / "tables" / "claims.tex").read_text()
 
 
@@ -254,7 +259,8 @@ def test_verdict_rule():
     assert equivalence_verdict(summarize([0.9, 0.91, 0.89]), 1.0, 0.02) == NOT_REPRODUCED
     assert equivalence_verdict(summarize([0.9, 1.1, 1.0]), 1.0, 0.02) == INCONCLUSIVE
     s = summarize([1.0, 2.0, 3.0])
-    assert (s.lo, s.hi) == pytest.approx((2 - 4.303 / math.sqrt(3), 2 + 4.303 / math.sqrt(3)))
+    t2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)   # t(0.975, 2) in closed form, 4.30265... (the table had 4.303)
+    assert (s.lo, s.hi) == pytest.approx((2 - t2 / math.sqrt(3), 2 + t2 / math.sqrt(3)), rel=1e-12)
 
 
 def test_windows_do_not_overlap():
@@ -559,10 +565,10 @@ def test_status_file_numbers_come_from_the_run(tree):
     line = next(x for x in status.splitlines() if x.startswith("| warm start (Vanilla)"))
     assert f"{100 * v['mean']:.1f} ± {100 * v['std']:.1f}" in line
     led = _csv(work, "claims")
-    c = led.verdict.value_counts()
-    dec = c.get(REPRODUCED, 0) + c.get(NOT_REPRODUCED, 0)
-    assert (f"{len(led)} claims; decided {dec} ({c.get(REPRODUCED, 0)} reproduced, "
-            f"{c.get(NOT_REPRODUCED, 0)} not reproduced), {c.get(INCONCLUSIVE, 0)} inconclusive") in status
+    emp = led[led.kind == "empirical"].verdict.value_counts()
+    assert f"{len(led)} claims by kind" in status
+    assert (f"{int(emp.sum())} empirical (" + ", ".join(f"{emp[v]} {v}" for v in
+            (REPRODUCED, NOT_REPRODUCED, "effect excluded", INCONCLUSIVE) if emp.get(v))) in status
     # a disagreement with the paper is reported as such (the planted off-policy win)
     assert "4.4-average" in status.split("Not reproduced: ")[1]
     assert "Learning (results/tables/table_learning.md)" in status and "Rollouts per prompt" in status

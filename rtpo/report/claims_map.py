@@ -66,7 +66,7 @@ def claims_map(claims: pd.DataFrame) -> pd.DataFrame:
             raise ValueError(f"claim {r['claim_id']}: evidence {unknown} has no entry in rtpo.report.claims_map.EVIDENCE")
         runs = "; ".join(dict.fromkeys(EVIDENCE[n][0] for n in names))
         targets = " ".join(dict.fromkeys(t for n in names for t in EVIDENCE[n][1].split()))
-        rows.append({"id": r["claim_id"], "claim": r["claim"], "paper (Qwen3-8B)": r["paper (Qwen3-8B)"],
+        rows.append({"id": r["claim_id"], **({"kind": r["kind"]} if "kind" in claims.columns else {}), "claim": r["claim"], "paper (Qwen3-8B)": r["paper (Qwen3-8B)"],
                      "runs": runs, "command": f"snakemake {targets} tables figures ledger",
                      "evidence": ", ".join(f"`{evidence_file(n)}`" for n in names),
                      "quantity (column)": f"{r['quantity']}" + (f" [{r['unit']}]" if str(r["unit"]) not in ("", "nan") else ""),
@@ -81,8 +81,14 @@ def write_claims_map(tables: str | Path, out: str | Path, source: str | None = N
     path = tables / "claims.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no claim ledger (run `snakemake ledger`, or point --tables at a reference)")
-    df = claims_map(pd.read_csv(path, keep_default_na=False, na_values=[""]))
-    counts = df["verdict"].value_counts()
+    from rtpo.report.ledger import counts_text
+
+    ledger = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    df = claims_map(ledger)
+    if "kind" in ledger.columns:   # kinds apart (ledger.counts_text): a structural claim is no evidence
+        summary = counts_text(ledger)
+    else:                          # an older ledger without kinds
+        summary = ", ".join(f"{int(v)} {k}" for k, v in df["verdict"].value_counts().items())
     head = [
         "# Claims to commands",
         "",
@@ -93,7 +99,7 @@ def write_claims_map(tables: str | Path, out: str | Path, source: str | None = N
         "mean with its 95 % interval over seeds, and the verdict by the ledger's stated rule "
         "(`results/tables/claims.md` quotes the rules). The paper's figure is for reference only.",
         "",
-        f"{len(df)} claims: " + ", ".join(f"{int(v)} {k}" for k, v in counts.items()) + ". Wall-clock claims "
+        f"{len(df)} claims: {summary}. Wall-clock claims "
         "are in `results/tables/timing_claims.md` (machine-dependent, not listed here).",
         "",
     ]

@@ -9,11 +9,18 @@ builder per section below (registry `SECTIONS`, in ledger order), each returning
   quantity          what we measure: a per-seed effect (a paired difference, a percent change, a
                     change between early and late training, or a level), in `unit`
   ours              mean over seeds with its 95 % Student-t interval
-  verdict           by `rule` (stats.RULE_DIRECTION / RULE_EQUIVALENCE / RULE_THEORY, quoted in the
-                    ledger itself)
+  kind              what the evidence can say (stats.KINDS, counted apart): empirical; structural (holds
+                    by construction, e.g. RTPO's ratio of 1: never counts as reproduced); implementation
+                    check / derivation check (the theory rows)
+  expected          the paper's sign and, for empirical claims, its effect size on our scale with how it
+                    was mapped (e.g. a relative gain times our baseline's level), else MIN_EFFECT[unit]
+  verdict           by `rule` and kind (stats.RULE_EFFECT / RULE_EQUIVALENCE / RULE_STRUCTURAL /
+                    RULE_THEORY, quoted in the ledger itself): reproduced, not reproduced, effect excluded,
+                    inconclusive; structural: holds (by construction), contradicts its construction
 
 Rows exist whatever the config runs: a comparison whose runs are absent has n = 0 and is
-inconclusive, and its note says what is missing. Windows over training steps are fractions of
+inconclusive, and its note says what is missing. An ablation arm that is the main grid's configuration
+(rtpo.dag.Dag.reused) takes every seed the main grid ran (with_main_seeds). Windows over training steps are fractions of
 the run (by step rank): "early" = first fifth, "late" = last fifth (paper: Step 10 vs Step 50 of 50).
 
 Writes claims.csv (numbers), claims.md and claims.tex (the ledger with its rules). Claims about
@@ -34,8 +41,10 @@ from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.report.load import MAIN, Results, Study, benchmark_label
 from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
-    INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, RULE_DIRECTION, RULE_EQUIVALENCE, RULE_THEORY,
-    direction_verdict, equivalence_verdict, paired, paired_ratio, summarize,
+    EFFECT_EXCLUDED, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL,
+    KIND_IMPLEMENTATION, KIND_STRUCTURAL, KINDS, NOT_REPRODUCED, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE,
+    RULE_STRUCTURAL, RULE_THEORY, VERDICTS, direction_verdict, effect_verdict, equivalence_verdict, paired,
+    paired_ratio, structural_verdict, summarize, theory_kind, theory_verdict,
 )
 from rtpo.report.tables import first_turn_share, headline_tasks, hit_metric, latex_escape, method_label, \
     to_markdown
@@ -45,6 +54,19 @@ RATIO_MARGIN = 0.02  # equivalence margin of "the ratio stays at 1.0" (GRPO's re
 AIRLINE = "airline"
 
 PerSeed = dict[int, float]
+
+# The minimal effect (in the claim's unit) an empirical claim is tested against where the paper's figure
+# does not map onto our scale: below it an effect is too small to count as the paper's (RULE_EFFECT).
+MIN_EFFECT = {"pp": 1.0, "%": 5.0, "calls": 0.5, "tokens": 10.0, "turns": 0.5, "ratio": 0.01,
+              "nats/token": 0.01, "syncs": 1.0}
+
+# why a structural claim holds by construction (its note says so)
+BY_DESIGN_RATIO = ("RTPO samples and scores with the same context ids and the same fp32 kernels, so its ratio is 1 "
+                   "up to float rounding; the paper's caveat (training–inference engine differences) cannot arise")
+BY_DESIGN_KL = ("the k3 KL estimator is >= 0 per token and RTPO's KL is ~0 (same ids and kernels at rollout and "
+                "training), so this difference cannot be negative")
+BY_DESIGN_SYNCS = "the number of weight syncs per step is set by the sync schedule in the config"
+BY_DESIGN_TOKENS = "a larger G generates more siblings per trunk, hence more tokens"
 
 
 @dataclass(frozen=True)
@@ -65,6 +87,10 @@ class Claim:
     evidence: str = ""
     note: str = ""
     timing: bool = False             # a wall-clock claim: written to timing_claims.* (machine-dependent)
+    kind: str = KIND_EMPIRICAL       # empirical | structural (stats.KINDS)
+    construction: str = ""           # structural: why it holds by construction
+    effect: float = math.nan         # empirical: the paper's effect size on our scale (> 0, in `unit`) ...
+    effect_basis: str = ""           # ... and how it was mapped; NaN: MIN_EFFECT[unit]
 
     @property
     def source(self) -> str:
@@ -114,6 +140,26 @@ def _bench(b: str | None) -> str:
     return benchmark_label(b) if b else "the hardest tier"
 
 
+def main_twin(res: Results, study: Study, variant: str, method: str) -> bool:
+    """Whether this ablation arm is the main grid's configuration (rtpo.dag.Dag.reused: its runs are copies of
+    the main runs, over every main seed): its per-seed values then come from every seed the main grid ran."""
+    try:
+        from rtpo.dag import Dag
+        cells = Dag(res.cfg).reused
+    except Exception:  # a partial config (tests, an old results tree): no arm counts as the main grid's
+        return False
+    return cells.get(f"{study.name}/{variant}/{study.task}/{method}") is not None
+
+
+def with_main_seeds(res: Results, study: Study, variant: str, method: str, fetch: Callable[..., PerSeed]) -> PerSeed:
+    """fetch(scope, variant) of an arm, plus the main grid's seeds when the arm is the main configuration
+    (main_twin; a seed both have keeps the arm's value: it is a copy)."""
+    own = fetch(study.name, variant)
+    if not main_twin(res, study, variant, method):
+        return own
+    return {**fetch(MAIN, ""), **own}
+
+
 # ------------------------------------------------------------------------------------------------
 # one builder per section of the paper
 # ------------------------------------------------------------------------------------------------
@@ -126,11 +172,25 @@ def main_results(res: Results) -> list[Claim]:
     out = []
     for m, ref in (("vanilla", "gain_vs_vanilla"), ("grpo", "gain_vs_grpo"), ("seeupo", "gain_vs_seeupo"),
                    ("tree_grpo", "beats_tree_grpo"), ("arpo", "beats_arpo")):
+        base = res.eval_macro_by_seed(head, m, "pass@1")
+        effect, basis = _relative_to_pp(PAPER[ref].value, base, method_label(m))
         out.append(Claim(
             f"4.1-{m}", PAPER[ref], f"RTPO achieves higher overall accuracy than {method_label(m)}",
             f"RTPO − {method_label(m)}: pass@1 averaged over the {'+'.join(head)} benchmarks", "pp",
-            _pp(rtpo, res.eval_macro_by_seed(head, m, "pass@1")), evidence="table01_main, table01_gains"))
+            _pp(rtpo, base), evidence="table01_main, table01_gains", effect=effect, effect_basis=basis))
     return out
+
+
+def _relative_to_pp(rel_pct: float, base: PerSeed, label: str) -> tuple[float, str]:
+    """The paper's relative gain (in %) as percentage points at our baseline's level (its mean pass@1 over
+    seeds): (effect, how it was mapped); NaN when the paper gives no figure or we have no baseline."""
+    if math.isnan(rel_pct) or not base:
+        return math.nan, ""
+    level = 100 * sum(base.values()) / len(base)
+    effect = rel_pct / 100 * level
+    if not effect > 0:
+        return math.nan, ""
+    return effect, f"the paper's {rel_pct:+g} % relative × {label}'s {level:.3g} % (our mean) = {effect:+.3g} pp"
 
 
 def tool_use(res: Results) -> list[Claim]:
@@ -168,17 +228,19 @@ def consistency(res: Results) -> list[Claim]:
             f"4.2-ratio-rtpo-{t}", PAPER["ratio_rtpo"], f"RTPO keeps the rollout–training ratio at 1.0 ({t})",
             "RTPO: mean over training steps of ratio_mean", "ratio", st(t, "rtpo", "ratio_mean"),
             rule="equivalence", center=PAPER["ratio_rtpo"].value, margin=RATIO_MARGIN,
-            evidence="fig03_consistency"))
+            evidence="fig03_consistency", kind=KIND_STRUCTURAL, construction=BY_DESIGN_RATIO))
         out.append(Claim(
             f"4.2-ratio-grpo-{t}", grpo_ratio.get(t, PAPER["ratio_grpo_other"]),
             f"GRPO's ratio stays below 1 under psi ≠ full ({t})", "1 − GRPO's mean ratio_mean over training steps",
-            "ratio", {s: 1 - v for s, v in st(t, "grpo", "ratio_mean").items()}, evidence="fig03_consistency"))
+            "ratio", {s: 1 - v for s, v in st(t, "grpo", "ratio_mean").items()}, evidence="fig03_consistency",
+            note="ratio_mean is a mean of p/q over tokens sampled from q (temperature 1, top_p 1), whose expectation "
+                 "is 1 under any mismatch: a deviation is a small-sample effect; the mismatch shows in the KL rows"))
         for m in ("grpo", "seeupo"):
             out.append(Claim(
                 f"4.2-kl-{m}-{t}", PAPER["kl_lowest"], f"RTPO has lower rollout–training KL than "
                 f"{method_label(m)} ({t})", f"{method_label(m)} − RTPO: KL(rollout‖train) averaged over training "
                 "steps", "nats/token", paired(st(t, m, "kl_rollout_train"), st(t, "rtpo", "kl_rollout_train")),
-                evidence="fig03_consistency"))
+                evidence="fig03_consistency", kind=KIND_STRUCTURAL, construction=BY_DESIGN_KL))
     out.append(Claim(
         "F.2-seeupo-jitter", PAPER["seeupo_jitter"], "SeeUPO's ratio fluctuates step to step; RTPO's does not "
         "(math)", "SeeUPO − RTPO: std over training steps of ratio_mean", "ratio",
@@ -219,13 +281,14 @@ def policy_drift(res: Results) -> list[Claim]:
 
     def on_minus_off(b: str | None) -> PerSeed:
         """{seed: on − off} of `metric` on benchmark b ("average": the macro average over the benchmarks)."""
-        if b == "average":
-            return paired(res.eval_macro_by_seed([co.task], m, metric, co.name, on),
-                          res.eval_macro_by_seed([co.task], m, metric, co.name, off))
         if b is None:
             return {}
-        return paired(res.eval_by_seed(co.task, m, b, metric, co.name, on),
-                      res.eval_by_seed(co.task, m, b, metric, co.name, off))
+
+        def arm(v: str) -> PerSeed:
+            if b == "average":
+                return with_main_seeds(res, co, v, m, lambda sc, va: res.eval_macro_by_seed([co.task], m, metric, sc, va))
+            return with_main_seeds(res, co, v, m, lambda sc, va: res.eval_by_seed(co.task, m, b, metric, sc, va))
+        return paired(arm(on), arm(off))
     hb, eb = hardest(res, co.task, co.name, on), easiest(res, co.task, co.name, on)
     out = [
         Claim("4.4-average", PAPER["on_policy_gain"], "on-policy continuation beats off-policy continuation",
@@ -326,10 +389,10 @@ def group_size(res: Results) -> list[Claim]:
     m = gs.methods[0]
 
     def ev(v: str, metric: str) -> PerSeed:
-        return res.eval_by_seed(gs.task, m, "overall", metric, gs.name, v)
+        return with_main_seeds(res, gs, v, m, lambda sc, va: res.eval_by_seed(gs.task, m, "overall", metric, sc, va))
 
     def st(v: str, col: str, red: str = "mean") -> PerSeed:
-        return res.steps_by_seed(gs.task, m, col, red, gs.name, v)
+        return with_main_seeds(res, gs, v, m, lambda sc, va: res.steps_by_seed(gs.task, m, col, red, sc, va))
     pair = f"{hi} vs {lo}"
     level = PAPER["g_zero_adv_level"]
     out = [
@@ -349,10 +412,11 @@ def group_size(res: Results) -> list[Claim]:
         Claim("G.2-train-tokens", PAPER["g_train_tokens"], "a larger G costs more training-generation tokens",
               f"{pair}: percent change of training-generation tokens", "%",
               paired_ratio(st(hi, "tokens_total", "sum"), st(lo, "tokens_total", "sum")),
-              evidence="table11_group_size_cost"),
+              evidence="table11_group_size_cost", kind=KIND_STRUCTURAL, construction=BY_DESIGN_TOKENS),
         Claim("G.9-zero-adv-level", level, "most samples still have zero advantage at the largest G",
               f"{hi}: zero_adv_frac averaged over steps − {level.value:g} %", "pp",
-              {s: 100 * v - level.value for s, v in st(hi, "zero_adv_frac").items()}, evidence="table10_group_size"),
+              {s: 100 * v - level.value for s, v in st(hi, "zero_adv_frac").items()}, evidence="table10_group_size",
+              note=f"{hi} is the main grid's configuration: every main seed counts" if main_twin(res, gs, hi, m) else ""),
     ]
     if "G2" in gs.variant_names() and "G3" in gs.variant_names():
         out.append(Claim("G.2-G2-degenerate", PAPER["g2_degenerate"], "G = 2 degenerates (little relative signal)",
@@ -437,10 +501,10 @@ def sync_frequency(res: Results) -> list[Claim]:
     hb = hardest(res, sy.task, sy.name, ref)
 
     def ev(v: str) -> PerSeed:
-        return res.eval_by_seed(sy.task, m, hb, metric, sy.name, v)
+        return with_main_seeds(res, sy, v, m, lambda sc, va: res.eval_by_seed(sy.task, m, hb, metric, sc, va))
 
     def syncs(v: str) -> PerSeed:
-        return res.steps_by_seed(sy.task, m, "syncs", "mean", sy.name, v)
+        return with_main_seeds(res, sy, v, m, lambda sc, va: res.steps_by_seed(sy.task, m, "syncs", "mean", sc, va))
     out = []
     for v in sy.variant_names()[1:]:
         out.append(Claim(f"G.6-acc-{v}", PAPER["sync_accuracy"], f"per-stage synchronisation beats {v} on the "
@@ -448,7 +512,8 @@ def sync_frequency(res: Results) -> list[Claim]:
                          _pp(ev(ref), ev(v)) if hb else {}, evidence="tableG6_sync"))
         out.append(Claim(f"G.6-syncs-{v}", PAPER["sync_cost"], f"{v} synchronises less often than per-stage "
                          "(cheaper)", f"{ref} − {v}: weight syncs per training step", "syncs",
-                         paired(syncs(ref), syncs(v)), evidence="tableG6_sync"))
+                         paired(syncs(ref), syncs(v)), evidence="tableG6_sync", kind=KIND_STRUCTURAL,
+                         construction=BY_DESIGN_SYNCS))
     return out
 
 
@@ -484,7 +549,8 @@ def theory_rows(res: Results) -> list[dict[str, Any]]:
     Monte-Carlo value against the closed form (RULE_THEORY); one inconclusive row when the file is absent."""
     paper, evidence = PAPER["theorems"].text, "results/theory/theory_checks.csv"
     if res.theory is None:
-        return [{"claim_id": "theory", "source": "theory (rtpo theory)", "claim": "the theorem checks",
+        return [{"claim_id": "theory", "kind": KIND_IMPLEMENTATION, "source": "theory (rtpo theory)",
+                 "claim": "the theorem checks",
                  PAPER_COL: paper, "quantity": "", "unit": "", "expected": "", "rule": "theory-check",
                  "ours_mean": math.nan, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "",
                  "values": "", "verdict": INCONCLUSIVE, "evidence": evidence, "note": "theory_checks.csv absent",
@@ -494,12 +560,16 @@ def theory_rows(res: Results) -> list[dict[str, Any]]:
         closed = r["closed_form"]
         expected = ("closed form " + (f"{float(closed):.4g}" if not pd.isna(closed) else "—")
                     + (f" ± {float(r['tolerance']):.3g}" if not pd.isna(r["tolerance"]) else ""))
-        rows.append({"claim_id": f"theory-{i + 1:02d}", "source": "theory (rtpo theory)", "claim": str(r["paper_claim"]),
+        mc = float(r["monte_carlo"]) if not pd.isna(r["monte_carlo"]) else math.nan
+        verdict = theory_verdict(float(closed) if not pd.isna(closed) else math.nan, mc,
+                                 float(r["tolerance"]) if not pd.isna(r["tolerance"]) else math.nan,
+                                 bool(r["holds"]), str(r.get("note", "")))
+        rows.append({"claim_id": f"theory-{i + 1:02d}", "kind": theory_kind(r["check"]),
+                     "source": "theory (rtpo theory)", "claim": str(r["paper_claim"]),
                      PAPER_COL: paper, "quantity": f"{r['check']}: {r['quantity']}", "unit": "",
                      "expected": expected, "rule": "theory-check",
-                     "ours_mean": float(r["monte_carlo"]) if not pd.isna(r["monte_carlo"]) else math.nan,
-                     "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "", "values": "",
-                     "verdict": REPRODUCED if bool(r["holds"]) else NOT_REPRODUCED, "evidence": evidence,
+                     "ours_mean": mc, "ci95_lo": math.nan, "ci95_hi": math.nan, "n": 0, "seeds": "", "values": "",
+                     "verdict": verdict, "evidence": evidence,
                      "note": str(r.get("note", "")), "timing": False})
     return rows
 
@@ -508,49 +578,97 @@ def theory_rows(res: Results) -> list[dict[str, Any]]:
 # evaluation and writers
 # ------------------------------------------------------------------------------------------------
 
-LEDGER_COLUMNS = ["claim_id", "source", "claim", PAPER_COL, "quantity", "unit", "expected", "rule", "ours_mean",
+LEDGER_COLUMNS = ["claim_id", "kind", "source", "claim", PAPER_COL, "quantity", "unit", "expected", "rule", "ours_mean",
                   "ci95_lo", "ci95_hi", "n", "seeds", "values", "verdict", "evidence", "note"]
 
 
 def evaluate_claims(res: Results) -> pd.DataFrame:
     """The ledger frame: every claim of `SECTIONS` with its verdict, then the theorem checks."""
-    rows = []
-    for c in build_claims(res):
-        d = c.values
-        s = summarize(d.values())
-        if c.rule == "equivalence":
-            verdict = equivalence_verdict(s, c.center, c.margin)
-        else:
-            verdict = direction_verdict(s, c.sign)
-        note = c.note
-        if s.n == 0 and not note:
-            note = "no runs or no values for this comparison"
-        if s.n == 0 and res.not_run:  # e.g. the deep-search benchmarks without a web-search key
-            note += "; not run: " + ", ".join(f"{b} ({t})" for t, bs in sorted(res.not_run.items()) for b in sorted(bs))
-        elif s.n == 1:
-            note = (note + "; " if note else "") + "one seed: no interval"
-        rows.append({"claim_id": c.id, "source": c.source, "claim": c.claim, PAPER_COL: c.paper,
-                     "quantity": c.quantity, "unit": c.unit, "expected": _expected(c), "rule": c.rule,
-                     "ours_mean": s.mean, "ci95_lo": s.lo, "ci95_hi": s.hi, "n": s.n,
-                     "seeds": ";".join(map(str, d)), "values": ";".join(repr(float(v)) for v in d.values()),
-                     "verdict": verdict, "evidence": c.evidence, "note": note, "timing": c.timing})
+    rows = [evaluate_claim(c, res.not_run) for c in build_claims(res)]
     rows += theory_rows(res)
     return pd.DataFrame(rows, columns=[*LEDGER_COLUMNS, "timing"])
+
+
+def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One ledger row of a claim: its seed summary and its verdict by rule and kind (RULE_EFFECT for an
+    empirical signed claim, RULE_EQUIVALENCE, RULE_STRUCTURAL for a structural one)."""
+    d = c.values
+    s = summarize(d.values())
+    if c.kind not in (KIND_EMPIRICAL, KIND_STRUCTURAL):
+        raise ValueError(f"claim {c.id}: kind {c.kind!r} is not empirical or structural")
+    if c.rule == "equivalence":
+        verdict = equivalence_verdict(s, c.center, c.margin)
+    elif c.kind == KIND_STRUCTURAL:
+        verdict = direction_verdict(s, c.sign)
+    else:
+        verdict = effect_verdict(s, c.sign, effect_of(c)[0])
+    note = c.note
+    if c.kind == KIND_STRUCTURAL:
+        verdict = structural_verdict(verdict)
+        note = f"by construction: {c.construction}" + (f"; {note}" if note else "")
+    if s.n == 0 and not c.note:
+        note += ("; " if note else "") + "no runs or no values for this comparison"
+    if s.n == 0 and not_run:  # e.g. the deep-search benchmarks without a web-search key
+        note += "; not run: " + ", ".join(f"{b} ({t})" for t, bs in sorted(not_run.items()) for b in sorted(bs))
+    elif s.n == 1:
+        note = (note + "; " if note else "") + "one seed: no interval"
+    return {"claim_id": c.id, "kind": c.kind, "source": c.source, "claim": c.claim, PAPER_COL: c.paper,
+            "quantity": c.quantity, "unit": c.unit, "expected": _expected(c), "rule": c.rule,
+            "ours_mean": s.mean, "ci95_lo": s.lo, "ci95_hi": s.hi, "n": s.n,
+            "seeds": ";".join(map(str, d)), "values": ";".join(repr(float(v)) for v in d.values()),
+            "verdict": verdict, "evidence": c.evidence, "note": note, "timing": c.timing}
+
+
+def effect_of(c: Claim) -> tuple[float, str]:
+    """(d, how it was mapped): the effect size RULE_EFFECT tests an empirical claim against."""
+    if not math.isnan(c.effect):
+        return c.effect, c.effect_basis
+    d = MIN_EFFECT.get(c.unit, 1.0)
+    return d, f"no paper figure mapped to our scale: minimal effect {d:g} {c.unit}"
 
 
 def _expected(c: Claim) -> str:
     if c.rule == "equivalence":
         return f"= {c.center:g} ± {c.margin:g}"
-    return "> 0" if c.sign > 0 else "< 0"
+    head = "> 0" if c.sign > 0 else "< 0"
+    if c.kind == KIND_STRUCTURAL:
+        return head
+    d, basis = effect_of(c)
+    return f"{head}; paper's effect {'+' if c.sign > 0 else '−'}{d:.3g} {c.unit} ({basis})"
 
 
-def verdict_counts(df: pd.DataFrame) -> dict[str, int]:
-    """{reproduced, not reproduced, inconclusive, decided (= the first two), claims} of a ledger frame."""
+def verdict_counts(df: pd.DataFrame) -> dict[Any, int]:
+    """Counts of a ledger frame, kinds apart.
+
+    (kind, verdict): every pair that occurs (stats.KINDS x stats.VERDICTS); "<kind>": the rows of each kind;
+    reproduced / not reproduced / effect excluded / inconclusive: over the rows whose verdict it is (a
+    structural claim's verdict is never one of the first three: it is not evidence); "decided" = reproduced
+    + not reproduced; "empirical decided" adds effect excluded, over empirical claims only; "claims" = rows."""
+    kinds = df["kind"] if "kind" in df.columns else pd.Series([KIND_EMPIRICAL] * len(df), index=df.index)
+    out: dict[Any, int] = {}
+    for (k, v), n in pd.Series(list(zip(kinds, df.verdict))).value_counts().items():
+        out[(k, v)] = int(n)
+    for k in KINDS:
+        out[k] = int((kinds == k).sum())
     counts = df.verdict.value_counts()
-    out = {v: int(counts.get(v, 0)) for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)}
+    for v in (REPRODUCED, NOT_REPRODUCED, EFFECT_EXCLUDED, INCONCLUSIVE):
+        out[v] = int(counts.get(v, 0))
     out["decided"] = out[REPRODUCED] + out[NOT_REPRODUCED]
+    out["empirical decided"] = sum(out.get((KIND_EMPIRICAL, v), 0) for v in (REPRODUCED, NOT_REPRODUCED, EFFECT_EXCLUDED))
     out["claims"] = int(len(df))
     return out
+
+
+def counts_text(df: pd.DataFrame) -> str:
+    """The ledger summary, one clause per kind: "40 empirical (3 reproduced, ...); 7 structural (...); ..."."""
+    k = verdict_counts(df)
+    parts = []
+    for kind in KINDS:
+        if not k[kind]:
+            continue
+        vs = ", ".join(f"{k[(kind, v)]} {v}" for v in VERDICTS if k.get((kind, v)))
+        parts.append(f"{k[kind]} {kind} ({vs})")
+    return "; ".join(parts) if parts else "none"
 
 
 def _fmt_ours(r) -> str:
@@ -570,7 +688,7 @@ def _fmt_ours(r) -> str:
 def ledger_display(df: pd.DataFrame, scale: str = "ours") -> pd.DataFrame:
     """The ledger grid; `scale` names our setting (the config's `name`, e.g. cpu-default)."""
     return pd.DataFrame({
-        "id": df["claim_id"], "source": df["source"], "claim": df["claim"], PAPER_COL: df[PAPER_COL],
+        "id": df["claim_id"], "kind": df["kind"], "source": df["source"], "claim": df["claim"], PAPER_COL: df[PAPER_COL],
         "ours: quantity": df["quantity"], "unit": df["unit"],
         f"ours ({scale}): mean [95 % CI]": [_fmt_ours(r) for _, r in df.iterrows()],
         "n seeds": df["n"], "expected": df["expected"], "verdict": df["verdict"]})
@@ -578,13 +696,25 @@ def ledger_display(df: pd.DataFrame, scale: str = "ours") -> pd.DataFrame:
 
 def rules_text() -> list[str]:
     return [
-        "Verdict rules (the `rule` column says which applies):",
-        f"- {RULE_DIRECTION}",
+        "Kinds (the `kind` column; counted apart, never pooled):",
+        f"- {KIND_EMPIRICAL}: a comparison of trained runs whose outcome the design leaves open; the only kind "
+        "that is evidence for or against the paper.",
+        f"- {KIND_STRUCTURAL}: holds by construction of this implementation (the note says why), e.g. RTPO's "
+        "rollout–training ratio is 1 because sampling and scoring use the same ids and kernels, and GRPO − RTPO "
+        "KL >= 0 because RTPO's is ~0 and k3 >= 0. Its verdict is never 'reproduced'.",
+        f"- {KIND_IMPLEMENTATION} / {KIND_DERIVATION}: the theory rows, a simulation against its own closed "
+        "form / against the paper's own expression.",
+        "Verdict rules (the `rule` column and the kind say which applies):",
+        f"- {RULE_EFFECT} Minimal effects by unit: "
+        + ", ".join(f"{v:g} {u}" for u, v in MIN_EFFECT.items()) + ".",
         f"- {RULE_EQUIVALENCE} Here c = 1, m = {RATIO_MARGIN} for the rollout–training ratio.",
+        f"- {RULE_STRUCTURAL}",
         f"- {RULE_THEORY}",
-        "95 % interval: mean ± t(0.975, n−1)·sd/√n over the per-seed effects (ddof = 1); differences between "
-        "methods are paired by seed. The paper's column is its reported figure (Qwen3-8B, §4, §F, §G) for "
-        "reference only; no verdict uses it. 'Early' / 'late' = the first / last fifth of the training steps.",
+        "95 % interval: mean ± t(0.975, n−1)·sd/√n over the per-seed effects (ddof = 1; exact Student-t "
+        "quantiles); differences between methods are paired by seed. An ablation arm that is the main grid's "
+        "configuration takes every seed the main grid ran. The paper's column is its reported figure "
+        "(Qwen3-8B, §4, §F, §G); a verdict uses it only where the `expected` column maps it to our scale. "
+        "'Early' / 'late' = the first / last fifth of the training steps.",
     ]
 
 
@@ -599,10 +729,7 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
              out / "timing_claims.md"]
     atomic_call(paths[0], df.to_csv, index=False)  # issue 20: renamed into place
     atomic_call(paths[3], timing.to_csv, index=False)
-    counts = df.verdict.value_counts()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
-    tcounts = timing.verdict.value_counts()
-    tsummary = ", ".join(f"{tcounts.get(v, 0)} {v}" for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE))
+    summary, tsummary = counts_text(df), counts_text(timing)
     disp = ledger_display(df, str(res.cfg.get("name", "ours")))
     not_run = [f"{b} ({t}: {why})" for t, bs in sorted(res.not_run.items()) for b, why in sorted(bs.items())]
     md = ["# Claim ledger: the paper's claims against our runs", "", f"{len(df)} claims: {summary}.",

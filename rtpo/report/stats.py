@@ -9,30 +9,47 @@ of training prompts and the evaluation sampling seeds.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import numpy as np
 
-# two-sided 95 % quantiles of Student's t, t_{0.975, df} (standard tables); df > 120 -> normal.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-         18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
+EFFECT_EXCLUDED = "effect excluded"              # empirical: the CI excludes the paper's (mapped) effect size
+BY_CONSTRUCTION = "holds (by construction)"      # structural: the data agree with what the design fixes
+AGAINST_CONSTRUCTION = "contradicts its construction"  # structural: the data contradict it (an implementation bug)
+
+# what kind of evidence a ledger row is (its `kind` column); counted apart, never pooled
+KIND_EMPIRICAL = "empirical"                     # a comparison of trained runs whose outcome the design leaves open
+KIND_STRUCTURAL = "structural"                   # holds by construction: never evidence for the paper
+KIND_IMPLEMENTATION = "implementation check"     # a simulation against its own closed form (theory rows)
+KIND_DERIVATION = "derivation check"             # a simulation against the paper's own expression (theory rows)
+KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, EFFECT_EXCLUDED, INCONCLUSIVE, BY_CONSTRUCTION, AGAINST_CONSTRUCTION)
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with df degrees of freedom (scipy.stats.t.ppf)."""
+    from scipy import stats
+
+    p, df = float(p), float(df)
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
+    if not df > 0 or math.isinf(df) or math.isnan(df):
+        raise ValueError(f"t_quantile: degrees of freedom must be > 0 and finite, got {df}")
+    return float(stats.t.ppf(p, df))
 
 
 def t975(df: int) -> float:
-    """t_{0.975, df}; for df between table entries the next smaller tabled df (conservative)."""
+    """t_{0.975, df}, the two-sided 95 % quantile of Student's t (exact for every df: t_quantile)."""
     if df < 1:
         raise ValueError(f"t975: degrees of freedom must be >= 1, got {df}")
-    if df > 120:
-        return 1.960
-    best = max(d for d in _T975 if d <= df)
-    return _T975[best]
+    return t_quantile(0.975, df)
 
 
 @dataclass(frozen=True)
@@ -85,15 +102,80 @@ RULE_DIRECTION = (
     "direction: the effect is a per-seed number whose sign the paper claims (> 0 or < 0). "
     "reproduced if its 95 % t-interval over seeds excludes 0 on the paper's side; not reproduced if it "
     "excludes 0 on the opposite side; otherwise inconclusive. With fewer than 2 seeds: inconclusive.")
+RULE_EFFECT = (
+    "effect (empirical claims): the effect is a per-seed number whose sign the paper claims, and d > 0 is the "
+    "paper's effect size on our scale (the `expected` column states it and how it was mapped; where the paper "
+    "gives no figure that maps, a stated minimal effect). With the 95 % t-interval over seeds taken on the "
+    "paper's side: not reproduced if it excludes 0 on the opposite side; effect excluded if its bound on the "
+    "paper's side is below d, whether or not it excludes 0 (a one-sided t-test at 2.5 % that the effect is "
+    "smaller than the paper's: the upper half of an equivalence / TOST test); reproduced if it excludes 0 on "
+    "the paper's side and not d; otherwise inconclusive. With fewer than 2 seeds: inconclusive.")
 RULE_EQUIVALENCE = (
     "equivalence(c ± m): the paper claims the quantity equals c. reproduced if the 95 % t-interval over "
     "seeds lies inside [c - m, c + m]; not reproduced if it lies entirely outside; otherwise inconclusive. "
     "With fewer than 2 seeds: inconclusive.")
+RULE_STRUCTURAL = (
+    "structural claims hold by construction (the row's note says why): the same rule is applied, but its "
+    f"outcome is reported as '{BY_CONSTRUCTION}' (for reproduced), '{AGAINST_CONSTRUCTION}' (for not "
+    "reproduced: the implementation does not do what its design fixes) or inconclusive, and never counts as "
+    "evidence for or against the paper.")
 RULE_THEORY = (
-    "theory-check: a numerical check of `rtpo theory` on tabular MDPs (results/theory/theory_checks.csv). "
-    "reproduced if |monte_carlo - closed_form| <= tolerance (z·SE, see theory_checks.md) and any sign "
-    "the row claims holds (its `holds` column); otherwise not reproduced. Not a seed statistic: the CI "
-    "columns are empty and `ours` is the Monte Carlo value.")
+    "theory-check: a numerical check of `rtpo theory` on tabular MDPs (results/theory/theory_checks.csv), "
+    f"kind '{KIND_IMPLEMENTATION}' (a simulation against its own closed form) or '{KIND_DERIVATION}' (against "
+    "the paper's own expression, the check's name says \"paper's\"). reproduced if |monte_carlo - closed_form| "
+    "<= tolerance (z·SE, see theory_checks.md) and any sign the row claims holds (its `holds` column); "
+    "inconclusive if the check cannot decide: its tolerance is at least half the closed form's size (the band "
+    "would also accept half or one and a half times the value), or it fails but its note says the result is "
+    "not a contradiction of the paper (e.g. outside the paper's condition); otherwise not reproduced. Not a "
+    "seed statistic: the CI columns are empty and `ours` is the Monte Carlo value.")
+THEORY_TOO_WIDE = 0.5   # tolerance / |closed form| from which a theory row cannot decide
+NOT_A_CONTRADICTION = ("not a contradiction", "does not contradict")
+
+
+def effect_verdict(s: Summary, sign: int, effect: float) -> str:
+    """RULE_EFFECT: the verdict of an empirical signed claim whose paper effect is `effect` (> 0, in the
+    claim's unit, on the paper's side: sign = +1 the paper says the effect is > 0, -1 < 0)."""
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}")
+    if not effect > 0:
+        raise ValueError(f"effect must be > 0 (its size on the paper's side), got {effect}")
+    if s.n < 2 or math.isnan(s.lo):
+        return INCONCLUSIVE
+    lo, hi = (s.lo, s.hi) if sign > 0 else (-s.hi, -s.lo)   # the interval on the paper's side
+    if hi < 0:
+        return NOT_REPRODUCED
+    if hi < effect:
+        return EFFECT_EXCLUDED
+    if lo > 0:
+        return REPRODUCED
+    return INCONCLUSIVE
+
+
+def structural_verdict(verdict: str) -> str:
+    """RULE_STRUCTURAL: the outcome of the direction / equivalence rule for a claim that holds by
+    construction: never 'reproduced'."""
+    return {REPRODUCED: BY_CONSTRUCTION, NOT_REPRODUCED: AGAINST_CONSTRUCTION}.get(verdict, INCONCLUSIVE)
+
+
+def theory_kind(check: str) -> str:
+    """A theory row's kind: a derivation check when its closed form is the paper's own expression."""
+    return KIND_DERIVATION if "paper's" in str(check).lower() else KIND_IMPLEMENTATION
+
+
+def theory_verdict(closed_form: float, monte_carlo: float, tolerance: float, holds: bool, note: str = "") -> str:
+    """RULE_THEORY: reproduced / not reproduced / inconclusive of one row of theory_checks.csv."""
+    def bad(x) -> bool:
+        return x is None or (isinstance(x, float) and math.isnan(x))
+    if bad(monte_carlo):
+        return INCONCLUSIVE
+    if not bad(closed_form) and not bad(tolerance) and closed_form != 0 \
+            and abs(float(tolerance)) >= THEORY_TOO_WIDE * abs(float(closed_form)):
+        return INCONCLUSIVE
+    if bool(holds):
+        return REPRODUCED
+    if any(p in str(note).lower() for p in NOT_A_CONTRADICTION):
+        return INCONCLUSIVE
+    return NOT_REPRODUCED
 
 
 def direction_verdict(s: Summary, sign: int) -> str:

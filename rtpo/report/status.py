@@ -82,7 +82,7 @@ def resolution(comps: list[dict], n_problems: int | None, target_pp: float = 5.0
 
 def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
     """The body of status.md (Markdown lines)."""
-    from rtpo.report.ledger import verdict_counts
+    from rtpo.report.ledger import counts_text, verdict_counts
 
     cfg = res.cfg
     tasks = tasks_with(res)
@@ -162,8 +162,8 @@ def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
     # ---- ledger
     k = verdict_counts(ledger)
     nr = ledger[ledger.verdict == NOT_REPRODUCED].claim_id.tolist()
-    L += [f"Claim ledger (results/tables/claims.md): {k['claims']} claims; decided {k['decided']} "
-          f"({k['reproduced']} reproduced, {k['not reproduced']} not reproduced), {k['inconclusive']} inconclusive."
+    L += [f"Claim ledger (results/tables/claims.md): {k['claims']} claims by kind (only empirical ones are "
+          f"evidence for or against the paper): {counts_text(ledger)}."
           + (f" Not reproduced: {', '.join(nr)}." if nr else ""),
           "Wall-clock claims and timings are machine-dependent and kept apart: results/tables/timing_claims.md, "
           "results/tables/timing_status.md.", ""]
