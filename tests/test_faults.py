@@ -94,16 +94,7 @@ for line in sys.stdin:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """Airline tasks, a tiny Qwen3 (tests/helpers/tiny.py's tokenizer) and the CLI arguments of a run."""
-    from rtpo.data import write_task_files
-    from rtpo.engine.local import build_tiny_qwen3
-
-    d = tmp_path_factory.mktemp("faults")
-    write_task_files("airline", {"seed": 3, "n_train": 6, "n_eval": 2, "n_expert": 0}, d / "data")
-    tok = tiny.tokenizer()
-    m = build_tiny_qwen3(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                         max_position=1024)
-    m.save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
+    d = tiny.airline_run_inputs(tmp_path_factory.mktemp("faults"))
     return d
 
 

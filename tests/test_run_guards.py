@@ -23,16 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from rtpo.data import write_task_files
-    from rtpo.engine.local import build_tiny_qwen3
-
-    d = tmp_path_factory.mktemp("guards")
-    write_task_files("airline", {"seed": 3, "n_train": 6, "n_eval": 2, "n_expert": 0}, d / "data")
-    tok = tiny.tokenizer()
-    m = build_tiny_qwen3(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                         max_position=1024)
-    m.save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
+    d = tiny.airline_run_inputs(tmp_path_factory.mktemp("guards"))
     cfg = load_config(ROOT / "config" / "smoke.yaml",
                       ["train.steps=3", "train.checkpoint_every=1", "env.airline.max_turns=2"])
     (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -14,16 +14,7 @@ TIME_KEYS = {"time", "wall_s_this_run", "time_total"}
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from rtpo.data import write_task_files
-    from rtpo.engine.local import build_tiny_qwen3
-
-    d = tmp_path_factory.mktemp("train")
-    write_task_files("airline", {"seed": 3, "n_train": 6, "n_eval": 2, "n_expert": 0}, d / "data")
-    tok = tiny.tokenizer()
-    m = build_tiny_qwen3(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
-                         max_position=1024)
-    m.save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
+    d = tiny.airline_run_inputs(tmp_path_factory.mktemp("train"))
     cfg = load_config("config/smoke.yaml", ["train.steps=3", "train.checkpoint_every=1", "env.airline.max_turns=2"])
     return d, cfg
 
