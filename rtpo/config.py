@@ -91,10 +91,32 @@ def nonfinite_keys(cfg: dict[str, Any]) -> list[list[str]]:
     return [] if hit is None else [hit[0].replace("[", ".").replace("]", "").split(".")]
 
 
+def recursive_key(node: Any, where: tuple[str, ...] = (), above: frozenset[int] = frozenset()) -> list[str] | None:
+    """The key path of a value that contains itself (a YAML alias to its own anchor, `&a [*a]`), which
+    every walk over the config would follow for ever; None when there is none."""
+    if not isinstance(node, (dict, list)):
+        return None
+    if id(node) in above:
+        return list(where)
+    above = above | {id(node)}
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for k, v in items:
+        hit = recursive_key(v, (*where, str(k)), above)
+        if hit is not None:
+            return hit
+    return None
+
+
 def validate_config(cfg: dict[str, Any], source: str = "config") -> None:
     """Validate against the JSON schema, numbers finite; the error names the offending key path."""
     import jsonschema
 
+    loop = recursive_key(cfg)
+    if loop is not None:
+        detail = f"invalid config at '{'.'.join(loop)}': the value contains itself (a YAML alias to its own anchor)"
+        err = ConfigError(f"{source}: {detail}")
+        err.where, err.detail = loop, detail
+        raise err
     bad = nonfinite_keys(cfg)
     if bad:
         where = ".".join(bad[0])

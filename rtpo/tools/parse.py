@@ -110,6 +110,9 @@ def parse_tool_call(text: str, specs: Mapping[str, ToolSpec] | None = None
         obj = json.loads(raw.strip())
     except json.JSONDecodeError as e:
         return ToolError(f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos}).", raw)
+    except (ValueError, RecursionError) as e:  # an integer beyond int()'s digit limit; nesting too deep
+        what = "nested too deeply" if isinstance(e, RecursionError) else "a number too long"
+        return ToolError(f"Error: the tool call is not valid JSON ({what}).", raw)
     if not isinstance(obj, dict):
         return ToolError('Error: the tool call must be a JSON object {"name": ..., "arguments": {...}}.', raw)
     name = obj.get("name")

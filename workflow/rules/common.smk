@@ -36,6 +36,12 @@ def check_config(cfg):
 
     Raises WorkflowError with one line naming the offending key path and the config files.
     """
+    from rtpo.config import nonfinite_keys, recursive_key
+
+    loop = recursive_key(cfg)  # before the schema: a value containing itself would be walked for ever
+    if loop is not None:
+        raise WorkflowError(f"invalid config at '{'.'.join(loop)}': the value contains itself (a YAML alias to its "
+                            f"own anchor) (config files: {_config_sources()})")
     try:
         validate(cfg, schema=str(SCHEMA))
     except WorkflowError as e:
@@ -46,8 +52,6 @@ def check_config(cfg):
             raise
         where = ".".join(str(p) for p in ve.absolute_path) or "(top level)"
         raise WorkflowError(f"invalid config at '{where}': {ve.message} (config files: {_config_sources()})") from None
-    from rtpo.config import nonfinite_keys
-
     bad = nonfinite_keys(cfg)  # NaN / inf pass every schema bound
     if bad:
         raise WorkflowError(f"invalid config at '{'.'.join(bad[0])}': not a finite number (config files: {_config_sources()})")
