@@ -308,3 +308,12 @@ def test_two_node_rule_without_mpi_fails_naming_the_key():
     assert fs and all("srun -n1 --nodes=2" in f.message for f in fs)
     rules = {f.cell for f in fs}
     assert "train_rtpo" in rules and "train_grpo" in rules
+
+
+def test_turn_row_methods_of_the_launcher_are_the_registrys():
+    """launch.TURN_ROW_METHODS (read without torch by the start-up check) and Method.rows (what the
+    rollout bounds) name the same methods."""
+    from rtpo.methods.registry import METHODS, get_method
+    from rtpo.verl_ext.launch import TURN_ROW_METHODS
+
+    assert set(TURN_ROW_METHODS) == {m for m in METHODS if get_method(m).rows == "turn"}

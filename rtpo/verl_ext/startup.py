@@ -693,10 +693,11 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
 def context_bound(method: str, P: int, R: int) -> str:
     """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
     turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
-    full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R."""
-    from rtpo.methods.registry import get_method
+    full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
+    (launch.TURN_ROW_METHODS, not the method registry: the check runs in `snakemake -n`, without torch.)"""
+    from rtpo.verl_ext.launch import TURN_ROW_METHODS
 
-    return f"c_k <= {P}, turn <= {R}" if get_method(method).rows == "turn" else f"episode <= {P + R}"
+    return f"c_k <= {P}, turn <= {R}" if method in TURN_ROW_METHODS else f"episode <= {P + R}"
 
 
 def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
