@@ -1,6 +1,8 @@
 """scripts/gpu_smoke.sh without a GPU (fast, no Ray): every GPU case's config composes with verl's Hydra
 config, the case runner isolates failures and prints the table, and the command line's checks.
-The cases themselves run on vLLM's CPU build in tests/vllm_cpu/test_gpu_smoke_cpu.py."""
+The cases themselves run on vLLM's CPU build in tests/vllm_cpu/test_gpu_smoke_cpu.py; the torch-only
+paper_memory case (rtpo.verl_ext.gpu_memory) is rehearsed here at its tiny shape on the CPU, and its
+extrapolation arithmetic checked on constructed numbers."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 
 pytest.importorskip("verl")
 
+import math  # noqa: E402
 import time  # noqa: E402
 
 from rtpo.verl_ext import gpu_smoke as gs  # noqa: E402
@@ -27,7 +30,7 @@ def test_every_gpu_case_config_composes_with_verl(case, tmp_path):
     c = compose(ov)
     a, r, m = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout, c.actor_rollout_ref.model
     assert c.trainer.device == "cuda" and r.name in ("vllm", "vllm_keep") and c.rtpo.env.reward == "parity"
-    assert c.trainer.total_training_steps == (s.steps if case == "per_stage" else 1)
+    assert c.trainer.total_training_steps == {"per_stage": s.steps, "tree_grpo": 2}.get(case, 1)
     want = {
         "per_stage": lambda: c.rtpo.method_cfg.sync == "per_stage" and c.trainer.save_freq == 1,
         "interval": lambda: r.name == "vllm_keep" and c.rtpo.method_cfg.sync == "interval:2" and c.rtpo.env.max_turns == 3,
@@ -37,6 +40,11 @@ def test_every_gpu_case_config_composes_with_verl(case, tmp_path):
         "tp2": lambda: r.tensor_model_parallel_size == 2 and c.trainer.n_gpus_per_node == 2,
         "remove_padding": lambda: m.use_remove_padding and m.override_config.attn_implementation == gs.paper_attention(),
         "paper_length": lambda: c.trainer.v1.trainer_mode == "rtpo_chain_sync",
+        # paper.yaml's KL (reference model on) and Tree-GRPO's entropy bonus (entropy with gradients)
+        "tree_grpo": lambda: c.rtpo.method == "tree_grpo" and a.entropy_coeff == 0.001 and a.use_kl_loss
+        and a.kl_loss_coef == 0.02 and a.kl_loss_type == "low_var_kl" and a.entropy_checkpointing,
+        "seeupo": lambda: c.rtpo.method == "seeupo" and a.use_kl_loss and a.kl_loss_coef == 0.02
+        and c.rtpo.method_cfg.ratio_clip == [0.8, 1.2],
     }
     assert want[case](), case
     if case == "paper_length":  # config/paper.yaml's math cell, read at run time
@@ -62,6 +70,10 @@ def test_cpu_rehearsal_configs_use_vllms_cpu_build(tmp_path, monkeypatch):
                             tmp_path / "v.parquet", cpu=True)
         assert "actor_rollout_ref.rollout.dtype=float32" in ov
     assert gs.paper_length_sizes(cpu=True)["question"] == gs.CPU_PAPER_LENGTH["question"]
+    # KL on GPUs only: the CPU harness cannot build verl's reference model (gs.CPU_NO_REFERENCE)
+    for case in ("tree_grpo", "seeupo"):
+        assert gs.case_config(case, s)[1]["train"]["kl_coef"] == 0.0
+        assert gs.case_config(case, gs.Smoke(out=tmp_path))[1]["train"]["kl_coef"] == 0.02
 
 
 def test_a_failing_case_does_not_stop_the_others(tmp_path, monkeypatch, capsys):
@@ -169,3 +181,202 @@ def test_the_watchdog_kills_only_its_own_run():
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# ------------------------------------------------------------------ paper_memory (torch only)
+# The CPU rehearsal of `python -m rtpo.verl_ext.gpu_memory` (what the paper_memory case runs on a GPU):
+# the tiny shape, every method, 2 and 4 layers, through the command line with its JSON (~20 s).
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    import contextlib
+    import io
+    import json
+
+    from rtpo.verl_ext import gpu_memory as gm
+
+    js = tmp_path_factory.mktemp("paper_memory") / "pm.json"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = gm.main(["--tiny", "--device", "cpu", "--layers", "2,4", "--json", str(js)])
+    out = buf.getvalue()
+    print(out)
+    return rc, out, json.loads(js.read_text())
+
+
+def test_paper_memory_rehearsal_prints_a_verdict_and_numbers_per_method(rehearsal):
+    from rtpo.verl_ext import gpu_memory as gm
+
+    rc, out, res = rehearsal
+    assert rc == 0 and res["ok"] and res["tiny"] and res["tokens"] == 256 and res["target_layers"] == 36
+    lines = out.splitlines()
+    for m in gm.METHODS:
+        (line,) = [x for x in lines if x.startswith(f"paper_memory {m}: ")]
+        assert line.split()[2] == "PASS", line
+        assert "36-layer peak " in line and " vs 80 GiB" in line and "tok/s forward" in line and "KL " in line
+        assert ("does not count" in line) == (m in gm.COMPARISON)
+        v = res["verdicts"][m]
+        assert set(v["per_pass_gib"]) == set(gm.PASSES) and v["peak_gib"] == max(v["per_pass_gib"].values())
+        for L in ("2", "4"):
+            r = res["results"][m][L]
+            assert r["error"] is None and r["kl"] > 0 and math.isfinite(r["loss"]) and r["grad_norm"] > 0
+            for p in gm.PASSES:
+                x = r["passes"][p]
+                assert x["peak"] > x["state"] > 0 and x["excess"] == x["peak"] - x["state"] and x["seconds"] > 0
+                assert x["tokens"] == 256
+                # the table row of this pass: peak, excess, state (MiB), seconds, tokens/s
+                row = [y for y in lines if y.split()[:3] == [m, L, p]]
+                assert len(row) == 1 and float(row[0].split()[3]) == pytest.approx(x["peak"] / 2 ** 20, abs=1e-3)
+    assert lines[-1].startswith("paper_memory: PASS")
+    # the Tree-GRPO line compares with verl's unpatched entropy; the smoke's row of this JSON
+    row = gs.paper_memory_row(res)
+    assert row.result == "PASS" and row.tok_s > 0 and "tree_grpo_verl PASS" in row.detail
+    assert "(CPU --tiny rehearsal: not the paper's memory)" in row.detail
+
+
+def test_paper_memory_rehearsal_measures_what_the_arithmetic_assumes(rehearsal):
+    """The numbers the extrapolation stands on, at the tiny shape (bf16, T = 256, H = 64, V = 2048): the
+    update's excess grows by the checkpointed bf16 layer input, 2 B x T x H per layer; the no-grad
+    passes' does not grow; the patched entropy keeps the logits (2 B x T x V) where verl's function keeps
+    them and its recompute's fp32 chunks and softmax (+8 B x T x V)."""
+    _, _, res = rehearsal
+    T, H, V = 256, 64, 2048
+    r = res["results"]
+    for m in ("grpo", "rtpo", "tree_grpo"):
+        for p in ("update_fwd", "backward"):
+            d = (r[m]["4"]["passes"][p]["excess"] - r[m]["2"]["passes"][p]["excess"]) / 2
+            assert d == pytest.approx(2 * T * H, rel=0.05), (m, p, d)
+        for p in ("old_logprob", "ref"):
+            assert r[m]["4"]["passes"][p]["excess"] == pytest.approx(r[m]["2"]["passes"][p]["excess"], abs=4096)
+    v = res["verdicts"]["grpo"]
+    assert v["per_layer"]["update_fwd"] == pytest.approx(2 * T * H, rel=0.05) and v["how"] == "2 vs 4 layers"
+    saved = {m: r[m]["4"]["saved"] for m in ("grpo", "tree_grpo", "tree_grpo_verl")}
+    assert saved["tree_grpo"] < saved["tree_grpo_verl"]  # the patch saves fewer bytes
+    assert (saved["tree_grpo"] - saved["grpo"]) / (T * V) == pytest.approx(2.0, abs=0.05)
+    assert (saved["tree_grpo_verl"] - saved["tree_grpo"]) / (T * V) == pytest.approx(8.0, abs=0.05)
+    bwd = {m: r[m]["4"]["passes"]["backward"]["excess"] for m in ("tree_grpo", "tree_grpo_verl")}
+    assert bwd["tree_grpo"] < bwd["tree_grpo_verl"]
+
+
+def _constructed(excess: dict[int, dict[str, int]], kl: float = 1e-3):
+    """MethodResults with chosen per-pass excess bytes (state 1 GiB) at layer counts."""
+    from rtpo.verl_ext import gpu_memory as gm
+
+    G = 2 ** 30
+    return {L: gm.MethodResult("grpo", L, {p: gm.PassResult(G + e[p], G, 1.0, 24576) for p in gm.PASSES}, 0, 0.1, kl,
+                               1.0, None) for L, e in excess.items()}
+
+
+def test_extrapolation_arithmetic_on_constructed_numbers():
+    import dataclasses
+
+    from rtpo.verl_ext import gpu_memory as gm
+
+    assert gm.extrapolate({2: 10.0, 4: 14.0}, 36, 99.0) == (78.0, 2.0, "2 vs 4 layers")  # 14 + 32 x 2
+    assert gm.extrapolate({2: 10.0, 3: 11.0, 4: 14.0}, 6, 0.0)[:2] == (18.0, 2.0)  # smallest and largest L
+    assert gm.extrapolate({2: 10.0, 4: 9.0}, 36, 5.0)[:2] == (9.0, 0.0)  # noise: no negative increment
+    assert gm.extrapolate({4: 14.0}, 36, 5.0) == (174.0, 5.0, "layer-count model from 4 layers")
+    assert gm.paper_peak(3 * 2 ** 30, 15.25, 4.25, 9.0) == 31.5
+    s = gm.paper_setup()  # config/paper.yaml: Qwen3-8B, 24576 tokens, 8 GPUs, 80 GiB
+    t = s.startup_terms
+    assert (s.shape.layers, s.tokens, s.n_gpus, s.budget_gib) == (36, 24576, 8, 80.0)
+    assert t["state"] == pytest.approx(16 * s.shape.params / 8 / 2 ** 30) and t["state"] == pytest.approx(15.26, abs=0.01)
+    G, M = 2 ** 30, 2 ** 20
+    base = {"old_logprob": 8 * G, "ref": 8 * G, "update_fwd": 20 * G, "backward": 30 * G, "optimizer": 2 * G}
+    four = {**base, "update_fwd": 20 * G + 384 * M, "backward": 30 * G + 384 * M}  # +192 MiB per layer
+    params = {2: 10 ** 9, 4: 2 * 10 ** 9}
+    v = gm.judge(s, "grpo", _constructed({2: base, 4: four}), params, 2)
+    fixed = t["state"] + t["transient"] + t["fixed"]
+    assert v.per_layer["backward"] == 192 * M and v.per_layer["old_logprob"] == 0
+    assert v.per_pass_gib["backward"] == pytest.approx(fixed + 30 + (384 + 32 * 192) / 1024)  # 30 GiB + 36 x 192 MiB
+    assert v.per_pass_gib["ref"] == pytest.approx(fixed + 8)
+    # the optimizer's excess scales with the fp32 parameters one GPU steps: N / 8 x 4 B over 2e9 x 2 B
+    assert v.per_pass_gib["optimizer"] == pytest.approx(fixed + 2 * (s.shape.params / 8 * 4) / (2 * 10 ** 9 * 2))
+    assert v.peak_pass == "backward" and v.result == "PASS"
+    assert v.peak_gib == pytest.approx(64.83, abs=0.01)  # 15.26 + 4.20 + 9.0 + 36.38
+    # planted: 4 GiB more in backward at 4 layers -> +2 GiB per layer -> far above 80 GiB
+    worse = {**four, "backward": 34 * G + 384 * M}
+    v = gm.judge(s, "grpo", _constructed({2: base, 4: worse}), params, 2)
+    assert v.result == "FAIL" and v.peak_pass == "backward" and "> 80 GiB" in v.problems[0]
+    # one layer count: the layer-count model, 2 B x T x H per layer for the passes with gradients
+    v = gm.judge(s, "grpo", _constructed({4: four}), params, 2)
+    assert v.per_layer["backward"] == 2 * 24576 * 4096 and v.how == "layer-count model from 4 layers"
+    # KL 0 (the reference model did not score) fails; a smaller budget fails
+    assert gm.judge(s, "grpo", _constructed({2: base, 4: four}, kl=0.0), params, 2).result == "FAIL"
+    small = dataclasses.replace(s, budget_gib=60.0)
+    assert gm.judge(small, "grpo", _constructed({2: base, 4: four}), params, 2).result == "FAIL"
+    # Tree-GRPO fails when the patched entropy path is not below verl's
+    a, b = _constructed({4: four})[4], _constructed({4: four})[4]
+    a.saved, b.saved = 10, 5
+    v = gm.judge(s, "tree_grpo", {4: a}, params, 2, patched_vs_verl=(a, b))
+    assert v.result == "FAIL" and any("not fewer than verl's" in p for p in v.problems)
+    oom = gm.MethodResult("grpo", 4, {}, 0, math.nan, math.nan, math.nan, None, error="CUDA out of memory")
+    v = gm.judge(s, "grpo", {4: oom}, params, 2)
+    assert v.result == "FAIL" and "CUDA out of memory" in v.problems[0] and math.isnan(v.peak_gib)
+
+
+def test_paper_memory_setup_reads_the_paper_cell():
+    from rtpo.verl_ext import gpu_memory as gm
+
+    s = gm.paper_setup()
+    assert (s.shape.hidden, s.shape.intermediate, s.shape.heads, s.shape.kv_heads, s.shape.head_dim, s.shape.vocab) == \
+        (4096, 12288, 32, 8, 128, 151936)
+    assert s.rows["grpo"] == s.rows["seeupo"] == [(21504, 8192), (3072, 1536)]  # math: 8192 + 3 x 4096 + 2 x 512
+    assert s.rows["rtpo"] == [(12288, 8192), (12288, 8192)]  # c_k + one turn
+    assert all(sum(n for n, _ in r) == 24576 for r in s.rows.values())
+    assert s.loss["tree_grpo"].entropy_coef == 0.001 and s.loss["grpo"].entropy_coef == 0.0
+    assert all(x.kl_coef == 0.02 for x in s.loss.values())
+    assert s.loss["seeupo"].adv_clamp == 3.0 and s.loss["seeupo"].clip_low == pytest.approx(0.2)
+    assert s.attn == gs.paper_attention() and s.chunk == 2048
+    assert gm.pack(24576, 8192, 24576) == [(24576, 8192)]
+    assert gm.attention("flash_attention_2")[0] in ("flash_attention_2", "sdpa")
+
+
+def test_paper_memory_uses_verls_functions():
+    """The copies of verl's log-prob and KL functions in the torch-only script are verl's."""
+    import torch
+    from verl.trainer.ppo.core_algos import kl_penalty_forward
+    from verl.utils.torch_functional import logprobs_from_logits_v2
+
+    from rtpo.verl_ext import gpu_memory as gm
+
+    g = torch.Generator().manual_seed(0)
+    for dt in (torch.float32, torch.bfloat16):
+        logits = (3 * torch.randn(40, 300, generator=g)).to(dt)
+        labels = torch.randint(0, 300, (40,), generator=g)
+        assert torch.equal(gm.logprobs_from_logits_v2(logits, labels), logprobs_from_logits_v2(logits, labels))
+    a, b = torch.randn(50, generator=g), torch.randn(50, generator=g)
+    assert torch.equal(gm.low_var_kl(a, b), kl_penalty_forward(a, b, "low_var_kl"))
+
+
+def test_packed_row_keeps_its_sequences_apart():
+    """Remove-padding as the measurement runs it: a sequence in the packed row (position ids restarting)
+    gets the logits it gets alone, so the packed sdpa mask is block-diagonal."""
+    import torch
+
+    from rtpo.verl_ext import gpu_memory as gm
+
+    s = gm.paper_setup(tiny=True)
+    policy, _ = gm.build_models(s, 2, torch.device("cpu"), torch.float32)
+    policy.eval()
+    b = gm.packed_batch([(40, 10), (24, 8)], s.shape.vocab, torch.device("cpu"))
+    with torch.no_grad():
+        packed = policy(input_ids=b["input_ids"], position_ids=b["position_ids"]).logits[0]
+        alone = policy(input_ids=b["input_ids"][:, 40:], position_ids=b["position_ids"][:, 40:]).logits[0]
+    torch.testing.assert_close(packed[40:], alone, rtol=1e-4, atol=1e-4)
+    assert b["position_ids"][0, 40] == 0 and b["mask"][:10].sum() == 0 and b["mask"][10:40].sum() == 30
+
+
+def test_torch_only_cases_need_no_vllm(tmp_path, monkeypatch):
+    """paper_memory alone needs no vLLM (GPU) and no vLLM CPU build (--cpu); without CUDA it SKIPs."""
+    import torch
+
+    from rtpo.verl_ext import vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "installed", lambda: False)
+    assert gs.environment_problem(True, ["paper_memory"]) is None
+    assert gs.environment_problem(False, ["paper_memory"]) is None
+    assert "vLLM's CPU build" in gs.environment_problem(True, ["paper_memory", "grpo"])
+    assert "paper_memory" in gs.TORCH_ONLY_CASES and "paper_memory" not in gs.TRAIN_CASES
+    if not torch.cuda.is_available():
+        (row,) = gs.run_cases(["paper_memory"], gs.Smoke(out=tmp_path))
+        assert row.result == "SKIP" and "no CUDA device" in row.detail

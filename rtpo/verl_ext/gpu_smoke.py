@@ -17,12 +17,19 @@ training: |ratio - 1| < 0.05 and KL(rollout || train) < 2e-3 on a GPU; 1e-4 / 1e
   tp2             one RTPO step with vLLM tensor_parallel_size 2 (needs 2 GPUs)
   remove_padding  one RTPO step with use_remove_padding and config/paper.yaml's attention implementation
   paper_length    one GRPO step with paper-length rows (~8000-token prompts, 4096-token turns, K = 3)
+  tree_grpo       two Tree-GRPO steps with paper.yaml's entropy bonus and KL (the reference model scores)
+  seeupo          one SeeUPO step (K updates, reverse turn order) with paper.yaml's KL
+  paper_memory    torch only (no vLLM, no Ray): the actor's peak memory per pass at paper shape
+                  (rtpo.verl_ext.gpu_memory), extrapolated to 36 layers against verl.gpu_memory_gib
   eval            config/paper.yaml's evaluation of a few problems per task on vLLM (`eval_smoke`)
 
 `--cases a,b` runs a subset, `--list` prints them. `--cpu` rehearses the same cases on the CPU harness
 with vLLM's CPU build (verl `device: cpu`, `cpu_rollout: vllm`; .venv-vllm from
 scripts/setup_venv_vllm.sh): fp32, the tiny model, tiny lengths (paper_length: 512-token questions,
-64-token turns); tp2 and remove_padding SKIP there. tests/vllm_cpu/test_gpu_smoke_cpu.py runs it.
+64-token turns); tp2 and remove_padding SKIP there; paper_memory runs its `--tiny` shape on the CPU.
+tests/vllm_cpu/test_gpu_smoke_cpu.py runs it. `--cases paper_memory` alone needs neither vLLM nor
+Ray (on a GPU: torch + transformers; `--cpu`: no vLLM CPU build either); it is also
+`python -m rtpo.verl_ext.gpu_memory` on its own.
 """
 
 from __future__ import annotations
@@ -174,6 +181,7 @@ class Smoke:
     eval_problems: int = 4
     eval_model: Path | None = None
     timeout: float = 1800.0          # seconds a verl run may take before it is stopped (a FAIL)
+    memory_layers: str = "2,4"       # paper_memory: the decoder layer counts measured
     model: Path | None = None        # the random model of `size`
     train_file: Path | None = None   # the toy tasks
 
@@ -197,6 +205,17 @@ def case_config(case: str, s: Smoke) -> tuple[str, dict]:
         cfg["train"]["lr"] = STALE_LR
         return "rtpo", cfg
     if case in ("grpo", "arpo"):
+        return case, cfg
+    if case in ("tree_grpo", "seeupo"):  # paper.yaml's KL (and Tree-GRPO's entropy bonus): the reference model runs
+        paper = paper_config()
+        if not s.cpu:  # CPU harness: KL stays off (CPU_NO_REFERENCE)
+            cfg["train"]["kl_coef"] = float(paper["train"]["kl_coef"])
+        if case == "tree_grpo":
+            cfg["train"]["steps"] = 2  # KL(policy || reference) > 0 from the second step on
+            m["tree_grpo"] = {"trees": 2, "expansions": 1, "rounds": 1,
+                              "entropy_coef": float(paper["method"]["tree_grpo"]["entropy_coef"])}
+        else:
+            m["seeupo"] = {**paper["method"]["seeupo"], "chains": 4}
         return case, cfg
     if case == "tp2":
         v.update(tensor_parallel_size=2, n_gpus_per_node=max(2, s.gpus))
@@ -623,6 +642,126 @@ def case_paper_length(s: Smoke) -> Row:
                    f"{summary(step_items(t.records))}", t.tok_s)
 
 
+# Why the CPU rehearsal runs tree_grpo / seeupo with KL off: verl builds the reference model with FSDP2's
+# CPUOffloadPolicy(pin_memory=True), and pinning needs a CUDA driver ("Found no NVIDIA driver", seen on
+# the CPU harness with vLLM's CPU build), so the KL part of these cases runs on a GPU only.
+CPU_NO_REFERENCE = "CPU: KL off, the harness cannot build verl's reference model (FSDP2 CPU offload pins memory)"
+
+
+def kl_problems(t: Trained, recs: list[dict]) -> list[str]:
+    """KL against the reference model is on and measured: the actor's KL loss in the command, a finite
+    kl_ref > 0 in the records (the reference model scored; after an update the policy differs from it)."""
+    bad = [] if "actor_rollout_ref.actor.use_kl_loss=True" in t.cmd else ["use_kl_loss is not on"]
+    kls = [r.get("kl_ref") for r in recs]
+    if not any(k is not None and math.isfinite(k) and k > 0 for k in kls):
+        bad.append(f"kl_ref {kls}: want a finite value > 0 (the reference model did not score?)")
+    return bad
+
+
+def case_tree_grpo(s: Smoke) -> Row:
+    """Two Tree-GRPO steps with config/paper.yaml's entropy bonus and KL (reference model on).
+
+    GPU-only: the actor's entropy with gradients (rtpo's patched chunked entropy under verl's
+    checkpoint, torch.compile around it) next to the log-probs, the reference model (CPU-offloaded
+    FSDP, `compute_ref_log_prob`) and the low_var_kl loss, on vLLM-sampled tree rows.
+    PASS: exit 0, steps [0, 1], entropy_coeff and use_kl_loss in the command, trained tokens every
+    step, on-policy (|ratio - 1|, KL(rollout || train) < tol), kl_ref > 0 in step 1 (after an update).
+    CPU rehearsal: KL off (CPU_NO_REFERENCE), the rest as on a GPU."""
+    method, cfg = case_config("tree_grpo", s)
+    t = train(s, "tree_grpo", method, cfg)
+    if t.rc:
+        return failed_run("tree_grpo", t)
+    coef = cfg["method"]["tree_grpo"]["entropy_coef"]
+    steps = [r["step"] for r in t.records]
+    bad = [] if steps == [0, 1] else [f"JSONL steps {steps}, want [0, 1]"]
+    if f"actor_rollout_ref.actor.entropy_coeff={float(coef)}" not in t.cmd:
+        bad.append(f"entropy_coeff {coef} not in the command")
+    bad += [f"step {r['step']}: no trained tokens" for r in t.records if not r.get("trained_tokens")]
+    bad += on_policy_problems(step_items(t.records), s.ratio_tol, s.kl_tol)
+    bad += [] if s.cpu else kl_problems(t, t.records[1:])
+    kls = ", ".join(_f(r.get("kl_ref"), ".2e") for r in t.records)
+    return verdict("tree_grpo", bad, f"entropy coef {coef}, kl_ref per step [{kls}]"
+                   f"{f' ({CPU_NO_REFERENCE})' if s.cpu else ''}; {summary(step_items(t.records))}", t.tok_s)
+
+
+def case_seeupo(s: Smoke) -> Row:
+    """One SeeUPO step (one update per turn, in reverse turn order) with config/paper.yaml's KL.
+
+    GPU-only: K updates of the FSDP actor within a step on full-history rows, each scored against the
+    reference model (low_var_kl loss), from one vLLM sampling.
+    PASS: exit 0, the record's turns K-1..0 each with trained tokens, the first update on-policy
+    (|ratio - 1|, KL < tol; later turns follow an update), kl_ref > 0 (the later updates' policy
+    differs from the reference). CPU rehearsal: KL off (CPU_NO_REFERENCE), the rest as on a GPU."""
+    method, cfg = case_config("seeupo", s)
+    t = train(s, "seeupo", method, cfg)
+    if t.rc:
+        return failed_run("seeupo", t)
+    r = only_record(t)
+    K = cfg["env"]["toy"]["max_turns"]
+    ks = [x["k"] for x in r.get("turns", [])]
+    bad = [] if ks == list(reversed(range(K))) else [f"turns {ks}, want {list(reversed(range(K)))}"]
+    bad += [f"turn k={x['k']}: no trained tokens" for x in r.get("turns", []) if not x["trained_tokens"]]
+    first = stage_items(t.records, (K - 1,))
+    bad += on_policy_problems(first, s.ratio_tol, s.kl_tol)
+    bad += [] if s.cpu else kl_problems(t, t.records)
+    return verdict("seeupo", bad, f"turns {ks}, kl_ref {_f(r.get('kl_ref'), '.2e')}"
+                   f"{f' ({CPU_NO_REFERENCE})' if s.cpu else ''}; first update: {summary(first)}", t.tok_s)
+
+
+def case_paper_memory(s: Smoke) -> Row:
+    """Torch only: the actor's peak memory per pass at paper shape, extrapolated to 36 layers.
+
+    `python -m rtpo.verl_ext.gpu_memory` in a subprocess (a clean CUDA context; no vLLM, no Ray): a
+    Qwen3-8B-shaped model cut to --memory-layers layers with the full vocabulary, packed 24,576-token
+    rows, KL on, remove-padding with config/paper.yaml's attention, one update each for GRPO,
+    Tree-GRPO (rtpo's entropy patch; verl's unpatched function as a comparison row), RTPO, SeeUPO.
+    PASS: every method's passes ran with finite loss, KL > 0, the extrapolated peak within
+    verl.gpu_memory_gib, Tree-GRPO's patched entropy below verl's. CPU rehearsal: `--tiny` on the CPU."""
+    import subprocess
+
+    import torch
+
+    if not s.cpu and not torch.cuda.is_available():
+        raise Skip("no CUDA device (--cpu rehearses it at a tiny shape)")
+    out = s.out / "paper_memory"
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / "paper_memory.json"
+    js.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "rtpo.verl_ext.gpu_memory", "--layers", s.memory_layers, "--json", str(js)]
+    if s.cpu:
+        cmd += ["--tiny", "--device", "cpu"]
+    print("gpu_smoke paper_memory: " + " ".join(cmd), flush=True)
+    from rtpo.config import ROOT
+
+    try:
+        rc = subprocess.run(cmd, cwd=ROOT, timeout=s.timeout).returncode
+    except subprocess.TimeoutExpired:
+        return Row("paper_memory", "FAIL", f"stopped after {s.timeout:.0f} s (--timeout)")
+    if not js.exists():
+        return Row("paper_memory", "FAIL", f"gpu_memory exited with {rc} without {js}")
+    return paper_memory_row(json.loads(js.read_text()), rc)
+
+
+def paper_memory_row(res: dict, rc: int = 0) -> Row:
+    """The smoke's row of a gpu_memory JSON: PASS when every paper method passed (the comparison row
+    of verl's unpatched entropy is shown, never counted)."""
+    from rtpo.verl_ext.gpu_memory import COMPARISON
+
+    v = res["verdicts"]
+    per = []
+    for m, x in v.items():
+        tag = "verl entropy, comparison" if m in COMPARISON else ""
+        peak = x["peak_gib"]
+        per.append(f"{m} {x['result']} {peak:.1f} GiB at {x['peak_pass'] or '?'}" + (f" ({tag})" if tag else ""))
+    failed = [f"{m}: {'; '.join(x['problems'])}" for m, x in v.items() if x["result"] != "PASS" and m not in COMPARISON]
+    if rc not in (0, 1):
+        failed.append(f"gpu_memory exited with {rc}")
+    note = " (CPU --tiny rehearsal: not the paper's memory)" if res.get("tiny") else ""
+    detail = (f"{res['target_layers']}-layer peaks vs {res['budget_gib']:g} GiB{note}: " + ", ".join(per)
+              + f"; {res['tokens']}-token packed rows, {res['attn']}, {res['meter']}")
+    return Row("paper_memory", "FAIL" if failed else "PASS", "; ".join([*failed, detail]), res.get("update_tok_s"))
+
+
 def eval_config(gpus: int, model: Path, cpu: bool = False) -> dict:
     """config/paper.yaml as evaluation runs it (K, 4096-token turns, psi qwen3, k samples at temperature 1,
     vLLM in bf16, tensor_parallel_size, max_model_len), on the GPUs this smoke has. cpu: the CPU
@@ -703,9 +842,11 @@ def case_eval(s: Smoke) -> Row:
 
 CASES: dict[str, Callable[[Smoke], Row]] = {
     "per_stage": case_per_stage, "interval": case_interval, "kl": case_kl, "grpo": case_grpo, "arpo": case_arpo,
-    "tp2": case_tp2, "remove_padding": case_remove_padding, "paper_length": case_paper_length, "eval": case_eval,
+    "tp2": case_tp2, "remove_padding": case_remove_padding, "paper_length": case_paper_length,
+    "tree_grpo": case_tree_grpo, "seeupo": case_seeupo, "paper_memory": case_paper_memory, "eval": case_eval,
 }
-TRAIN_CASES = [c for c in CASES if c != "eval"]
+TORCH_ONLY_CASES = ("paper_memory",)  # no verl run, no vLLM, no Ray: torch + transformers
+TRAIN_CASES = [c for c in CASES if c != "eval" and c not in TORCH_ONLY_CASES]
 
 
 # ------------------------------------------------------------------ running and the table
@@ -743,8 +884,11 @@ def select(cases: str | None, skip_train: bool) -> list[str]:
     return [c for c in names if c == "eval"] if skip_train else names
 
 
-def environment_problem(cpu: bool) -> str | None:
-    """Why this environment cannot run the smoke (None: it can)."""
+def environment_problem(cpu: bool, names: list[str] | None = None) -> str | None:
+    """Why this environment cannot run the smoke's cases `names` (None: it can). The torch-only cases
+    need no vLLM (on a GPU: a CUDA device; their own SKIP says when there is none)."""
+    if names and all(n in TORCH_ONLY_CASES for n in names):
+        return None
     if cpu:
         from rtpo.verl_ext import vllm_cpu
 
@@ -780,13 +924,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds one verl run may take before it is stopped as a FAIL (default 1800; --cpu 900)")
     p.add_argument("--cpu", action="store_true",
                    help="rehearse on the CPU harness with vLLM's CPU build (.venv-vllm), fp32, tiny lengths")
+    p.add_argument("--memory-layers", default="2,4", help="paper_memory: decoder layer counts measured (default 2,4)")
     a = p.parse_args(argv)
     if a.list:
         for name, fn in CASES.items():
             print(f"{name:<15} {fn.__doc__.split(chr(10))[0]}")
         return 0
     names = select(a.cases, a.skip_train)
-    why = environment_problem(a.cpu)
+    why = environment_problem(a.cpu, names)
     if why:
         print(why, file=sys.stderr)
         return 2
@@ -797,14 +942,15 @@ def main(argv: list[str] | None = None) -> int:
               size=a.size or ("tiny" if a.cpu else "0.6b"),
               eval_problems=(1 if a.cpu else 4) if a.eval_problems is None else a.eval_problems,
               eval_model=Path(a.eval_model).resolve() if a.eval_model else None,
-              timeout=a.timeout or (900.0 if a.cpu else 1800.0))
+              timeout=a.timeout or (900.0 if a.cpu else 1800.0), memory_layers=a.memory_layers)
     s.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    s.model = build_model(s.out / "model", s.size)
-    tasks = [Task(id=f"toy-{i}", kind="toy", question=f"Say yes or no, round {i}.", answers=["yes"])
-             for i in range(4 * s.prompts)]
-    s.train_file = s.out / "train.jsonl"
-    s.train_file.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
+    if not all(n in TORCH_ONLY_CASES for n in names):  # the verl runs' model and toy tasks
+        s.model = build_model(s.out / "model", s.size)
+        tasks = [Task(id=f"toy-{i}", kind="toy", question=f"Say yes or no, round {i}.", answers=["yes"])
+                 for i in range(4 * s.prompts)]
+        s.train_file = s.out / "train.jsonl"
+        s.train_file.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in tasks))
     print(f"gpu_smoke{' --cpu (CPU harness, vLLM CPU build, fp32)' if s.cpu else ''}: model {s.size}, "
           f"{s.prompts} prompts/step, {s.gpus} GPU(s), cases {','.join(names)}, out {s.out}", flush=True)
     rows = run_cases(names, s)

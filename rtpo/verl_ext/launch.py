@@ -55,6 +55,17 @@ VERL_METHODS = {"rtpo": "rtpo_engine_sync", "rtpo_ca": "rtpo_engine_sync", "grpo
                 "tree_grpo": "rtpo_engine_sync", "arpo": "rtpo_engine_sync", "seeupo": "rtpo_engine_sync",
                 "vanilla": None}
 TURN_ROW_METHODS = ("rtpo", "rtpo_ca")  # rows (c_k, one turn); the others train flattened or full-history rows
+# what a periodic checkpoint holds (verl's checkpoint.save_contents): what a resume reads, no hf_model
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra")
+DEFAULT_CHECKPOINT_KEEP = 1  # train.checkpoint_keep (config schema default)
+
+
+def checkpoint_keep(tr: dict[str, Any]) -> int:
+    """train.checkpoint_keep: how many of verl's checkpoints a run keeps (>= 1; default 1)."""
+    keep = tr.get("checkpoint_keep", DEFAULT_CHECKPOINT_KEEP)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"train.checkpoint_keep must be an integer >= 1 (checkpoints a run keeps), got {keep!r}")
+    return keep
 
 
 def trainer_mode(method: str, m: dict[str, Any]) -> str:
@@ -183,6 +194,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     kl = float(tr["kl_coef"])
     n_prompts = int(tr["prompts_per_step"])
     tok = int(tr["micro_batch_tokens"])
+    keep_ckpt = checkpoint_keep(tr)
     o = [
         f"data.train_files={Path(train_files).resolve()}", f"data.val_files={Path(val_files).resolve()}",
         f"data.train_batch_size={n_prompts}", f"data.max_prompt_length={P}", f"data.max_response_length={R}",
@@ -205,7 +217,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={tok}",
         "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True",
         f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={tok}",
-        "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        # periodic checkpoints hold what a resume reads (sharded weights, AdamW, scheduler + RNG), not
+        # hf_model: final/ is merged from the last one once, after training (export_final)
+        f"actor_rollout_ref.actor.checkpoint.save_contents={hydra_value(list(CHECKPOINT_CONTENTS))}",
         f"actor_rollout_ref.rollout.temperature={float(tr['temperature'])}",
         f"actor_rollout_ref.rollout.seed={seed}", "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.default_agent_loop=rtpo_agent",
@@ -213,7 +227,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         # rewards come from the envs inside the rollout: verl's reward-loop workers are never used
         f"reward.custom_reward_function.path={REWARD_FN}", "reward.num_workers=0",
         f"trainer.total_training_steps={int(tr['steps'])}",
-        f"trainer.save_freq={int(tr.get('checkpoint_every', 1))}", "trainer.max_actor_ckpt_to_keep=1",
+        f"trainer.save_freq={int(tr.get('checkpoint_every', 1))}",
+        # verl deletes the oldest actor checkpoint once a new one is complete (no critic here: GRPO-style runs)
+        f"trainer.max_actor_ckpt_to_keep={keep_ckpt}", f"trainer.max_critic_ckpt_to_keep={keep_ckpt}",
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.resume_mode=auto",
         f"trainer.default_local_dir={out / 'checkpoint'}", "trainer.logger=[console]",
         "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
@@ -366,16 +382,130 @@ def command(overrides: list[str], python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
 
 
-def export_final(out: Path) -> Path | None:
-    """Copy the last checkpoint's Hugging Face weights (actor/huggingface) to <out>/final."""
+def export_final(out: Path, model_dir: str | Path | None = None) -> Path | None:
+    """<out>/final from the last checkpoint (latest_checkpointed_iteration.txt), once, after training.
+
+    Periodic checkpoints hold the actor's FSDP shards without a Hugging Face copy (CHECKPOINT_CONTENTS):
+    they are merged here with verl's model merger (`verl.model_merger`, backend fsdp: what
+    ``python -m verl.model_merger merge --backend fsdp --local_dir <step>/actor --target_dir final``
+    does) into the weights' dtype of the base model `model_dir` (its config.json; Qwen3-8B: bf16, the
+    dtype evaluation serves; the CPU harness's fp32 tiny models stay fp32), else the shards' own dtype.
+    A checkpoint with Hugging Face weights already (saved with hf_model: a run checkpointed before
+    periodic saves dropped it) is copied as it is. None when there is no checkpoint."""
     ck = out / "checkpoint"
     it = ck / "latest_checkpointed_iteration.txt"
     if not it.exists():
         return None
-    hf = ck / f"global_step_{it.read_text().strip()}" / "actor" / "huggingface"
-    if not (hf / "config.json").exists():
+    actor = ck / f"global_step_{it.read_text().strip()}" / "actor"
+    hf = actor / "huggingface"
+    has_weights = any(hf.glob("*.safetensors")) or any(hf.glob("pytorch_model*.bin"))
+    if (actor / "fsdp_config.json").exists() and not has_weights:
+        return _merge_final(actor, out / "final", export_dtype(model_dir))
+    if (hf / "config.json").exists():
+        return _copy_final(hf, out / "final")
+    return None
+
+
+def export_dtype(model_dir: str | Path | None) -> str | None:
+    """The weights' dtype of final/: the base model directory's (config.json ``dtype`` / ``torch_dtype``:
+    "bfloat16", "float16", "float32"), None (the checkpoint's) when it names none."""
+    if model_dir is None:
         return None
-    return _copy_final(hf, out / "final")
+    cfg = Path(model_dir) / "config.json"
+    if not cfg.exists():
+        return None
+    c = json.loads(cfg.read_text())
+    c = {**c.get("text_config", {}), **c}
+    d = c.get("dtype") or c.get("torch_dtype")
+    return str(d) if d in ("bfloat16", "float16", "float32") else None
+
+
+def _merge_final(actor: Path, final: Path, dtype: str | None) -> Path:
+    """verl's FSDP model merger on `actor` (a checkpoint's actor/: model_world_size_W_rank_R.pt shards,
+    fsdp_config.json, huggingface/ with config and tokenizer) into `final` (atomically, with the
+    checksum manifest of `_copy_final`), the weights cast to `dtype` (None: kept as saved)."""
+    import torch
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+
+    from rtpo.atomic import atomic_dir
+    from rtpo.inputs import write_manifest
+
+    merger_cls = _dtype_merger()
+    with atomic_dir(final) as tmp:
+        cfg = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor), target_dir=str(tmp),
+                                hf_model_config_path=str(actor / "huggingface"))
+        m = merger_cls(cfg)
+        m.dtype = getattr(torch, dtype) if dtype else None
+        m.merge_and_save()
+        # verl's save builds the model in bf16, so config.json says bfloat16 whatever the weights are:
+        # name the dtype written (loaders here pass theirs explicitly: fp32 locally, verl.dtype on vLLM)
+        if m.saved_dtype is not None:
+            c = json.loads((tmp / "config.json").read_text())
+            c["dtype"] = str(m.saved_dtype).removeprefix("torch.")
+            c.pop("torch_dtype", None)
+            (tmp / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
+        write_manifest(tmp)
+    return final
+
+
+@functools.lru_cache(maxsize=1)
+def _dtype_merger() -> type:
+    """verl 0.9.1's FSDPModelMerger, merging in the dtype asked for: verl's own casts every shard to
+    bf16 (fsdp_model_merger.py _load_and_merge_state_dicts), which would round the CPU harness's fp32
+    weights. The merge below is verl's (shards in rank order, DTensor Shard placements concatenated,
+    replicated entries checked equal); world size, mesh, save, tokenizer, generation config and
+    validate_hf_model_output are verl's own methods."""
+    import torch
+    from torch.distributed.tensor import DTensor
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger, merge_non_dtensor_shards
+
+    class DtypeMerger(FSDPModelMerger):
+        dtype: torch.dtype | None = None  # None: as saved
+        saved_dtype: torch.dtype | None = None  # the floating-point weights' dtype written
+
+        def _load_and_merge_state_dicts(self, world_size, total_shards, mesh_shape, mesh_dim_names):
+            if len(mesh_shape) != 1:
+                raise NotImplementedError("FSDP + TP checkpoints are not supported (nor by verl's merger)")
+            cast = (lambda t: t) if self.dtype is None else (lambda t: t.to(self.dtype))
+            shards = [torch.load(Path(self.config.local_dir) / f"model_world_size_{world_size}_rank_{r}.pt",
+                                 map_location="cpu", weights_only=False) for r in range(total_shards)]
+            merged = {}
+            for key in sorted(shards[0]):
+                parts = [sd.pop(key) for sd in shards]
+                if isinstance(parts[0], DTensor):
+                    placements = tuple(parts[0].placements)
+                    if mesh_dim_names[0] in ("dp", "ddp"):  # replicated over the dp dimension
+                        placements = placements[1:]
+                    if len(placements) != 1 or any(tuple(p.placements) != tuple(parts[0].placements) for p in parts):
+                        raise ValueError(f"{key}: unexpected DTensor placements {placements}")
+                    merged[key] = cast(self._merge_by_placement([p._local_tensor for p in parts], placements[0]))
+                else:
+                    merged[key] = cast(merge_non_dtensor_shards(key, parts))
+                if merged[key].is_floating_point():
+                    self.saved_dtype = merged[key].dtype
+            return merged
+
+    return DtypeMerger
+
+
+def prune_checkpoints(out: Path, keep: int) -> list[Path]:
+    """Delete verl's checkpoints of <out>/checkpoint beyond the newest `keep` complete ones: those
+    left by an earlier attempt of a resumed run (verl's rotation, max_actor_ckpt_to_keep, knows only
+    the checkpoints its own process wrote, and deletes only their actor/), and a partial save newer
+    than latest_checkpointed_iteration.txt (never resumed). The latest is always kept. Run only while
+    verl is not running (before and after main_ppo). Returns the removed folders."""
+    ck = out / "checkpoint"
+    it = ck / "latest_checkpointed_iteration.txt"
+    if not it.exists():
+        return []
+    latest = int(it.read_text().strip())
+    steps = sorted((int(m.group(1)), d) for d in ck.iterdir()
+                   if d.is_dir() and (m := re.fullmatch(r"global_step_(\d+)", d.name)))
+    complete = [d for s, d in steps if s <= latest]
+    gone = [d for s, d in steps if s > latest] + complete[:max(len(complete) - max(int(keep), 1), 0)]
+    for d in gone:
+        shutil.rmtree(d, ignore_errors=True)
+    return gone
 
 
 def _copy_final(src: Path, final: Path) -> Path:
@@ -429,6 +559,8 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     if os.environ.get("SLURM_JOB_ID") and not cpu:
         cmd = ["bash", str(SLURM_SCRIPT), *cmd]
     (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
+    keep = checkpoint_keep(s["train"])
+    prune_checkpoints(out, keep)  # an earlier attempt's older checkpoints: verl's rotation never sees them
     t0 = time.perf_counter()
     log = out / "verl.log"
     with open(log, "a") as f:
@@ -440,7 +572,8 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         print("\n".join(tail), file=sys.stderr)
         print(f"rtpo train --engine verl: verl exited with {rc}; full log: {log}", file=sys.stderr)
         return rc
-    export_final(out)
+    export_final(out, args.model)
+    prune_checkpoints(out, keep)
     from rtpo.instrument import JsonlWriter, run_summary
 
     recs = JsonlWriter(out / "metrics.jsonl").read()

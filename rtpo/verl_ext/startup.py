@@ -55,6 +55,11 @@ and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a 
 Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
 evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
 vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
+Estimates, printed, never failing (issue 37.5): per cell the shared-filesystem disk of a run
+(`checkpoint_disk`: one checkpoint of the actor's save_contents x train.checkpoint_keep + final/) and
+the config's total over its runs; the step time (`run_time`: generated tokens per step at the caps /
+verl.step_tokens_per_gpu_s x GPUs) and run time, which warn when a rule's longest run exceeds the
+profile's runtime (and when a job cannot reach its first checkpoint within it).
 """
 
 from __future__ import annotations
@@ -104,7 +109,13 @@ VERL_DEFAULTS: dict[str, Any] = {
     "actor_rollout_ref.rollout.temperature": 1.0,
     "trainer.n_gpus_per_node": 8,
     "trainer.nnodes": 1,
+    "trainer.save_freq": -1,
+    "trainer.max_actor_ckpt_to_keep": None,  # every checkpoint kept
+    "trainer.total_training_steps": None,
+    "actor_rollout_ref.actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
 }
+# bytes per element of verl's dtype names (fsdp_config.model_dtype) and Hugging Face's (config.json dtype)
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 FLASH_ATTENTION = ("flash_attention_2", "flash_attention_3")
 TORCH_ATTENTION = ("sdpa", "eager")  # shipped with torch, a dependency of rtpo itself
 
@@ -126,6 +137,7 @@ class ModelShape:
     vocab: int
     max_positions: int
     tied: bool
+    weight_bytes: int = 2  # bytes per parameter of the model directory's weights (config.json dtype; final/)
 
     @property
     def layer_params(self) -> int:
@@ -141,9 +153,11 @@ class ModelShape:
     def from_hf(cls, name: str, c: Mapping[str, Any]) -> "ModelShape":
         c = c.get("text_config", c)
         heads = int(c["num_attention_heads"])
+        dtype = str(c.get("dtype") or c.get("torch_dtype") or "bfloat16")
         return cls(name, int(c["num_hidden_layers"]), int(c["hidden_size"]), int(c["intermediate_size"]), heads,
                    int(c.get("num_key_value_heads") or heads), int(c.get("head_dim") or c["hidden_size"] // heads),
-                   int(c["vocab_size"]), int(c["max_position_embeddings"]), bool(c.get("tie_word_embeddings", False)))
+                   int(c["vocab_size"]), int(c["max_position_embeddings"]), bool(c.get("tie_word_embeddings", False)),
+                   DTYPE_BYTES.get(dtype, 2))
 
 
 # config.json of the models the configs name (hub ids), so that the check needs no download
@@ -176,7 +190,7 @@ def model_shape(cfg: Mapping[str, Any], root: Path) -> ModelShape:
         t = m["tiny"]
         return ModelShape("tiny", int(t["num_layers"]), int(t["hidden_size"]), int(t["intermediate_size"]),
                           int(t["num_heads"]), int(t["num_kv_heads"]), int(t["hidden_size"]) // int(t["num_heads"]),
-                          int(m["vocab_size"]), int(t["max_position"]), True)
+                          int(m["vocab_size"]), int(t["max_position"]), True, 4)  # saved in fp32
     raise CheckError(f"model.hub_id {m.get('hub_id')!r}: unknown to rtpo.verl_ext.startup.KNOWN_MODELS and "
                      f"model.path {path!r} has no config.json: add the model's shape to the table")
 
@@ -352,9 +366,10 @@ class MemoryModel:
                   same GPU (its context and CUDA graphs; sleep frees weights and KV cache), allocator
                   fragmentation as a share of the GPU.
     Host RAM per node: the GPU worker and server processes, the reference model's fp32 weights
-    (CPU-offloaded, pinned), one full fp32 state dict on rank 0 (model load, checkpoints with
-    hf_model), and with `vllm_keep` (vLLM sleep level 1) each replica's bf16 weights, pinned
-    while it sleeps; the driver, TaskRunner, TransferQueue and agent workers.
+    (CPU-offloaded, pinned), one full fp32 state dict on rank 0 (model load; periodic checkpoints
+    hold no hf_model, final/ is merged after verl exits), and with `vllm_keep` (vLLM sleep level 1)
+    each replica's bf16 weights, pinned while it sleeps; the driver, TaskRunner, TransferQueue and
+    agent workers.
     """
 
     actor_context_gib: float = 2.0
@@ -457,6 +472,138 @@ def host_memory(shape: ModelShape, gpus_per_node: int, n_gpus: int, tp: int, kee
 
 
 # --------------------------------------------------------------------------------------------------
+# Disk and run time
+# --------------------------------------------------------------------------------------------------
+GB = 10 ** 9  # disk sizes in decimal GB / TB, as filesystems and quotas count them
+# Generated tokens per second per GPU over a whole training step (rollout, old and reference
+# log-probs, update): verl.step_tokens_per_gpu_s. Stated, not measured (no GPU has run this): the
+# rollout at 1,000 tok/s per A100 (half the 2,000 the Slurm profile's README sizes evaluation with:
+# the colocated servers get gpu_memory_utilization 0.6, not 0.85, so fewer long sequences share the
+# KV cache) and training at 500 tok/s per A100 (12 N FLOPs per token, forward + backward + the
+# gradient-checkpointing recompute 8 N, old and reference log-probs 2 N each: 98 GFLOP for Qwen3-8B,
+# plus ~87 GFLOP of dense packed sdpa attention at 24576 tokens per micro-batch; at 30% of the
+# A100's 312 bf16 TFLOP/s), each generated token trained about once: 1 / (1/1000 + 1/500) = 333.
+# Replace it with a measured figure (scripts/gpu_smoke.sh paper_length prints verl's tok/s/GPU).
+STEP_TOKENS_PER_GPU_S = 330.0
+STARTUP_MIN = 15.0  # per job: Ray, model load, vLLM servers and CUDA graphs, the final export
+
+
+@dataclass
+class Disk:
+    """Shared-filesystem bytes of one run (`checkpoint_disk`)."""
+
+    checkpoint: float  # one of verl's checkpoints (the actor's save_contents)
+    keep: int          # checkpoints kept at once (trainer.max_actor_ckpt_to_keep, at most the saves)
+    final: float       # final/, written once after training (the base model's dtype)
+    saves: int         # checkpoints a run writes
+
+    @property
+    def run(self) -> float:
+        """What a finished run leaves: its kept checkpoints and final/."""
+        return self.keep * self.checkpoint + self.final
+
+    @property
+    def peak(self) -> float:
+        """While a save is written: with keep 1 verl deletes the old checkpoint only once the new one is
+        complete (checkpoint_manager.py register_checkpoint); with keep >= 2 it first deletes down to
+        keep - 1 (ensure_checkpoint_capacity)."""
+        during = min(self.saves, self.keep + 1 if self.keep == 1 else self.keep) * self.checkpoint
+        return max(during, self.run)
+
+
+def checkpoint_disk(shape: ModelShape, ov: Mapping[str, Any]) -> Disk:
+    """One run's checkpoints from its overrides: verl's FSDP checkpoint manager writes, per rank, its
+    shard of the model in the actor's param dtype (fsdp_config.model_dtype, fp32 by default) for
+    'model', AdamW's two moments in the same dtype for 'optimizer', the scheduler and RNG state for
+    'extra' (bytes), and for 'hf_model' a full copy of the weights in that dtype on rank 0
+    (utils/checkpoint/fsdp_checkpoint_manager.py save_checkpoint). final/: the base model's dtype
+    (launch.export_final)."""
+    N = shape.params
+    dtype = str(ov["actor_rollout_ref.actor.fsdp_config.model_dtype"])
+    if dtype not in DTYPE_BYTES:
+        raise CheckError(f"actor_rollout_ref.actor.fsdp_config.model_dtype {dtype!r}: not one of {sorted(DTYPE_BYTES)}")
+    pb = DTYPE_BYTES[dtype]
+    contents = set(ov["actor_rollout_ref.actor.checkpoint.save_contents"] or [])
+    one = N * pb * (("model" in contents) + 2 * ("optimizer" in contents) + ("hf_model" in contents))
+    steps, freq = int(ov["trainer.total_training_steps"] or 0), int(ov["trainer.save_freq"])
+    saves = 0 if freq <= 0 or steps <= 0 else steps // freq + (1 if steps % freq else 0)  # + the last step's
+    k = ov["trainer.max_actor_ckpt_to_keep"]
+    keep = saves if not isinstance(k, int) or k <= 0 else min(k, saves)  # verl: None / 0 keeps every one
+    return Disk(float(one), keep, float(N * shape.weight_bytes), saves)
+
+
+def rollout_tokens(method: str, m: Mapping[str, Any], env: Mapping[str, Any], R: int, chains: int) -> tuple[int, str]:
+    """(generated tokens per prompt at the caps, how they are counted): every turn runs its
+    max_new_tokens T, over the method's rollouts of the config (its defaults otherwise, rtpo/methods).
+    A flat method's episode is K turns cut at its row's response budget R; Tree-GRPO's and ARPO's
+    branches are counted as whole episodes (they share a prefix, so this over-counts).
+    RTPO per trunk: the trunk's K turns, then at each boundary S_k (k = K-1 .. 0) G-1 siblings of
+    K - k turns each and the trunk's regenerated continuation of K - k - 1 turns."""
+    from rtpo.verl_ext.launch import TURN_ROW_METHODS
+
+    K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
+    if method in TURN_ROW_METHODS:
+        trunks, G = int(m.get("trunks", 2)), int(m.get("group_size", 3))
+        turns = K + (G - 1) * K * (K + 1) // 2 + K * (K - 1) // 2
+        return trunks * turns * T, f"{trunks} trunks x {turns} turns of {T}"
+    episode = min(K * T, R)
+    if method == "grpo":
+        n, how = chains, f"{chains} chains"
+    elif method == "seeupo":
+        n = int(m.get("chains", 16))
+        how = f"{n} chains"
+    elif method == "arpo":
+        n = int(m.get("total", 16))
+        how = f"{n} trajectories"
+    elif method == "tree_grpo":
+        trees, x, rounds = int(m.get("trees", 4)), int(m.get("expansions", 3)), int(m.get("rounds", 1))
+        n, how = trees * (1 + rounds * x), f"{trees} trees x (1 + {rounds} x {x}) leaves"
+    else:
+        raise CheckError(f"method {method!r}: no rollout count for the step-time estimate")
+    return n * episode, f"{how} x {episode} tokens"
+
+
+@dataclass
+class RunTime:
+    """The step-time estimate of one cell (`run_time`)."""
+
+    step_tokens: int     # generated tokens per step at the caps
+    how: str             # the count per prompt
+    rate: float          # generated tokens / s per GPU (verl.step_tokens_per_gpu_s)
+    gpus: int
+    steps: int
+    checkpoint_every: int
+
+    @property
+    def step_s(self) -> float:
+        return self.step_tokens / (self.rate * self.gpus)
+
+    @property
+    def run_min(self) -> float:
+        """The whole run in one job: start-up, every step, the final export (STARTUP_MIN)."""
+        return STARTUP_MIN + self.steps * self.step_s / 60
+
+    @property
+    def first_checkpoint_min(self) -> float:
+        """A job's start-up and the steps to its first checkpoint: a time limit below it means a job
+        never saves one, so no resume makes progress."""
+        return STARTUP_MIN + min(self.checkpoint_every, self.steps) * self.step_s / 60
+
+
+def run_time(cfg: Mapping[str, Any], method: str, task: str, ov: Mapping[str, Any], R: int, n_gpus: int) -> RunTime:
+    """Step time = generated tokens per step at the caps (prompts_per_step x `rollout_tokens`) /
+    (verl.step_tokens_per_gpu_s x GPUs); an upper bound on the tokens, at a stated throughput."""
+    from rtpo.config import method_settings
+
+    s = method_settings(dict(cfg), method, task)
+    per_prompt, how = rollout_tokens(method, s["method"], s["env"], R, int(ov["actor_rollout_ref.rollout.n"]))
+    rate = float((cfg.get("verl") or {}).get("step_tokens_per_gpu_s", STEP_TOKENS_PER_GPU_S))
+    steps = int(s["train"]["steps"])
+    return RunTime(int(s["train"]["prompts_per_step"]) * per_prompt, how, rate, n_gpus, steps,
+                   int(s["train"].get("checkpoint_every", 1)))
+
+
+# --------------------------------------------------------------------------------------------------
 # Cells and findings
 # --------------------------------------------------------------------------------------------------
 @dataclass
@@ -480,6 +627,9 @@ class CellReport:
     values: dict[str, Any]
     memory: GpuMemory | None
     findings: list[Finding] = field(default_factory=list)
+    disk: Disk | None = None
+    time: RunTime | None = None
+    runs: int = 1  # runs of this setting (seeds)
 
     @property
     def ok(self) -> bool:
@@ -493,7 +643,9 @@ class Report:
     evals: list[CellReport] = field(default_factory=list)
     resources: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)  # printed, never failing (the runtime estimate)
     note: str = ""
+    untrained_final: float = 0.0  # bytes of the untrained runs' final/ (vanilla: a copy of the base model)
 
     @property
     def ok(self) -> bool:
@@ -522,6 +674,26 @@ def training_cells(cfg: Mapping[str, Any]) -> list[tuple[str, str, str, tuple]]:
             seen.add((c.method, c.task, c.sets))
             out.append((f"{c.study}/{c.variant}: {c.method}/{c.task}", c.method, c.task, c.sets))
     return out
+
+
+def training_runs(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """label (of `training_cells`) -> the runs the DAG trains with that setting: the main grid's seeds,
+    the seeds of every trained ablation arm with the setting (`ablations.seeds`)."""
+    from rtpo.dag import Dag
+
+    arms: dict[tuple, int] = {}
+    for c in Dag(cfg).trained_cells():
+        arms[(c.method, c.task, c.sets)] = arms.get((c.method, c.task, c.sets), 0) + len(c.seeds)
+    return {label: arms.get((m, t, sets), 0) if ":" in label else len(cfg["seeds"])
+            for label, m, t, sets in training_cells(cfg)}
+
+
+def untrained_runs(cfg: Mapping[str, Any]) -> int:
+    """Runs of the main grid that train nothing (train.steps 0: vanilla), each a final/ copy of the base model."""
+    from rtpo.config import method_settings
+
+    return sum(len(cfg["seeds"]) for task in cfg["tasks"] for method in cfg["methods"]
+               if int(method_settings(cfg, method, task)["train"]["steps"]) == 0)
 
 
 def _with_sets(cfg: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
@@ -687,6 +859,11 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
                    "entropy grad": kind, "context bound": context_bound(method, P, R)}
+    # shared-filesystem disk and the step time (issue 37.5)
+    cell.disk, cell.time = checkpoint_disk(shape, ov), run_time(c, method, task, ov, R, n)
+    cell.values.update({"ckpt GB": round(cell.disk.checkpoint / GB, 1), "ckpt keep": cell.disk.keep,
+                        "GB/run": round(cell.disk.run / GB, 1), "tok/step M": round(cell.time.step_tokens / 1e6, 2),
+                        "step min": round(cell.time.step_s / 60, 1), "run h": round(cell.time.run_min / 60, 1)})
     return cell
 
 
@@ -737,14 +914,17 @@ def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
 TRAIN_MIN_RUNTIME = 15 * 60  # minutes: E.3's longest training job (mathematics, ~15 h on 8 A100s)
 
 
+PROFILE_SETTINGS = "<profile>"  # load_profile's entry of the profile's own settings (not a rule)
+
+
 def load_profile(path: Path) -> dict[str, dict[str, Any]]:
     """rule -> resources of a Snakemake profile directory's config.yaml (set-resources over
-    default-resources)."""
+    default-resources); PROFILE_SETTINGS -> {"retries": the profile's retries}."""
     p = Path(path)
     p = p / "config.yaml" if p.is_dir() else p
     prof = yaml.safe_load(p.read_text()) or {}
     defaults = dict(prof.get("default-resources") or {})
-    out = {"*": defaults}
+    out = {"*": defaults, PROFILE_SETTINGS: {"retries": _int(prof.get("retries"), 0)}}
     for rule, res in (prof.get("set-resources") or {}).items():
         out[rule] = {**defaults, **(res or {})}
     return out
@@ -758,8 +938,12 @@ def _int(x: Any, default: int = 0) -> int:
 
 
 def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]], cells: list[CellReport],
-                  shape: ModelShape, where: str = "workflow/profiles/slurm/config.yaml") -> tuple[list[dict], list[Finding]]:
-    """The Slurm profile's resources of every GPU rule against what its jobs run (module doc)."""
+                  shape: ModelShape, where: str = "workflow/profiles/slurm/config.yaml"
+                  ) -> tuple[list[dict], list[Finding], list[Finding]]:
+    """The Slurm profile's resources of every GPU rule against what its jobs run (module doc):
+    (rows, findings, warnings). The warnings compare each training rule's runtime with the longest
+    run-time estimate of its cells (`RunTime`: an upper bound on the tokens at a stated throughput,
+    so it warns and never fails)."""
     from rtpo.verl_ext.eval_servers import server_layout
 
     v = dict(cfg.get("verl") or {})
@@ -770,7 +954,8 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
     retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
         if (search.get("retriever") or {}).get("url") == "auto" else 0
     defaults = resources.get("*", {})
-    rows, findings = [], []
+    retries = _int((resources.get(PROFILE_SETTINGS) or {}).get("retries"), 0)
+    rows, findings, warnings = [], [], []
 
     def get(rule: str) -> dict[str, Any]:
         return {**defaults, **(resources.get(rule) or {})}
@@ -788,9 +973,12 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
         searches = any(c.task == "search" for c in cs)
         cpus = gpn + max(gpn // max(tp, 1), 1) + agent_workers + 2 + (retriever_workers if searches else 0)
         gpu, nodes = _int(r.get("gpu") or r.get("gpus")), _int(r.get("nodes"), 1)
+        timed = [c for c in cs if c.time is not None]
+        slow = max(timed, key=lambda c: c.time.run_min, default=None)
         row = {"rule": rule, "gpu": gpu, "need gpu": gpn * nnodes, "nodes": nodes, "need nodes": nnodes,
                "mem_mb": _int(r.get("mem_mb")), "need mem_mb": need_mb, "cpus": _int(r.get("cpus_per_task")),
                "need cpus": cpus, "runtime": _int(r.get("runtime")), "need runtime": TRAIN_MIN_RUNTIME,
+               "est. runtime": math.ceil(slow.time.run_min) if slow else None,
                "host GiB": {k: round(x, 1) for k, x in host.items()}}
         rows.append(row)
         key = f"{where}: set-resources.{rule}"
@@ -817,6 +1005,22 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
         if row["runtime"] < TRAIN_MIN_RUNTIME:
             findings.append(Finding(rule, f"{key}.runtime", "runtime",
                                     f"runtime {row['runtime']} min < {TRAIN_MIN_RUNTIME} (E.3: ~15 h for mathematics)"))
+        if slow is not None and slow.time.run_min > row["runtime"]:
+            t = slow.time
+            first = max(timed, key=lambda c: c.time.first_checkpoint_min)
+            budget = row["runtime"] * (1 + retries)
+            msg = (f"estimated {t.run_min:.0f} min ({t.run_min / 60:.1f} h) for {slow.cell} > runtime {row['runtime']} "
+                   f"min: {t.steps} steps x {t.step_s / 60:.1f} min ({t.step_tokens / 1e6:.2f}M generated tokens per "
+                   f"step at the caps, per prompt {t.how}, / {t.rate:g} tok/s per GPU x {t.gpus} GPUs) + "
+                   f"{STARTUP_MIN:g} min start-up; the "
+                   f"job resumes from its last checkpoint when resubmitted (retries: {retries}, i.e. {budget} min in "
+                   f"all: {'enough' if t.run_min <= budget else 'NOT enough'})")
+            if first.time.first_checkpoint_min > row["runtime"]:
+                f = first.time
+                msg += (f"; {first.cell} reaches its first checkpoint after {f.first_checkpoint_min:.0f} min "
+                        f"(train.checkpoint_every {f.checkpoint_every}), past the time limit: a resubmitted job "
+                        "would restart from the same checkpoint every time")
+            warnings.append(Finding(rule, f"{key}.runtime", "runtime estimate", msg))
     from rtpo.dag import STUDIES
 
     eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
@@ -838,7 +1042,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
             findings.append(Finding(rule, f"{key}.mem_mb", "host memory", f"mem_mb {row['mem_mb']} < {need_mb}"))
         if row["cpus"] < cpus:
             findings.append(Finding(rule, f"{key}.cpus_per_task", "cpus", f"cpus_per_task {row['cpus']} < {cpus}"))
-    return rows, findings
+    return rows, findings, warnings
 
 
 # --------------------------------------------------------------------------------------------------
@@ -862,16 +1066,19 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
         return rep
     shape = model_shape(cfg, root)
     spec = spec or env_spec(root)
+    runs = training_runs(cfg)
     for label, method, task, sets in training_cells(cfg):
         rep.cells.append(check_cell(cfg, label, method, task, sets, shape, spec, root))
+        rep.cells[-1].runs = runs.get(label, 1)
+    rep.untrained_final = untrained_runs(cfg) * shape.params * shape.weight_bytes
     rep.evals.append(check_eval(cfg, shape))
     if resources is not None:
-        rep.resources, rep.findings = check_profile(cfg, resources, rep.cells, shape, profile_name)
+        rep.resources, rep.findings, rep.warnings = check_profile(cfg, resources, rep.cells, shape, profile_name)
     return rep
 
 
 COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
-           "est. GiB/GPU", "verdict"]
+           "est. GiB/GPU", "ckpt GB", "ckpt keep", "GB/run", "tok/step M", "step min", "run h", "verdict"]
 
 
 def format_report(rep: Report) -> str:
@@ -891,14 +1098,51 @@ def format_report(rep: Report) -> str:
                       + ("ok" if e.ok else "FAIL")]
     if rep.resources:
         cols = ["rule", "gpu", "need gpu", "nodes", "need nodes", "mem_mb", "need mem_mb", "cpus", "need cpus",
-                "runtime", "need runtime"]
+                "runtime", "need runtime", "est. runtime"]
         lines += ["", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in rep.resources:
             lines.append("| " + " | ".join("-" if r.get(k) is None else str(r.get(k)) for k in cols) + " |")
+    lines += disk_and_time_lines(rep)
     fs = rep.all_findings()
     lines += ["", f"{len(rep.cells)} training cells, {len(fs)} failed rules" + (":" if fs else ": every check passes")]
     lines += [f"  {f}" for f in fs]
+    if rep.warnings:
+        lines += [f"{len(rep.warnings)} warnings (estimates, not failures):"] + [f"  WARN {w}" for w in rep.warnings]
     return "\n".join(lines)
+
+
+def disk_and_time_lines(rep: Report) -> list[str]:
+    """What the disk and run-time columns assume, and the config's total disk over its runs."""
+    cells = [c for c in rep.cells if c.disk is not None and c.time is not None]
+    if not cells:
+        return []
+
+    def one(xs: set, fmt: str) -> str:
+        return fmt.format(next(iter(xs))) if len(xs) == 1 else "per cell"
+
+    ckpt = one({round(c.disk.checkpoint / GB, 1) for c in cells}, "{:.1f} GB")
+    keep = one({c.disk.keep for c in cells}, "{}")
+    final = one({round(c.disk.final / GB, 1) for c in cells}, "{:.1f} GB")
+    rate = one({c.time.rate for c in cells}, "{:g}")
+    gpus = one({c.time.gpus for c in cells}, "{}")
+    runs = sum(c.runs for c in cells)
+    total = sum(c.runs * c.disk.run for c in cells) + rep.untrained_final
+    peak = sum(c.runs * c.disk.peak for c in cells) + rep.untrained_final
+    stated = all(c.time.rate == STEP_TOKENS_PER_GPU_S for c in cells)
+    return ["", f"disk (shared filesystem, GB = 1e9 B): ckpt GB = one checkpoint, the actor's save_contents without "
+                f"hf_model: sharded weights + AdamW's two moments, all in the actor's param dtype "
+                f"(fsdp_config.model_dtype; fp32: 12 B per parameter) = {ckpt}; GB/run = ckpt keep ({keep}: train.checkpoint_keep) x ckpt GB + final/ ({final}, written once "
+                f"after training, in the base model's dtype). All {runs} training runs (cells x seeds)"
+                + (f" and the untrained runs' final/ ({rep.untrained_final / GB:.1f} GB)" if rep.untrained_final else "")
+                + f": {total / 1e12:.2f} TB; {peak / 1e12:.2f} TB if every run were writing a checkpoint at once "
+                  "(keep 1: verl deletes the old one only once the new one is complete)",
+            f"step time (an estimate, not a check): tok/step M = generated tokens per step at the caps (prompts_per_step "
+            f"x the method's rollouts x every turn at max_new_tokens: an upper bound); step min = tok/step / ({rate} "
+            f"generated tok/s per GPU x {gpus} GPUs); verl.step_tokens_per_gpu_s = {rate} is "
+            + ("stated, not measured (rollout 1,000 and training 500 tok/s per A100; docs/verl.md, \"Disk and run "
+               "time\")" if stated else "the config's")
+            + f"; run h = {STARTUP_MIN:g} min start-up + train.steps x step min; est. runtime (minutes) = the rule's "
+              "longest run, against the profile's runtime"]
 
 
 def first_error(rep: Report) -> str | None:
