@@ -50,6 +50,18 @@ def cmd_base_model(args) -> int:
     return 0
 
 
+def cmd_sweep_base(args) -> int:
+    from rtpo.config import ConfigError
+    from rtpo.sft import build_sweep_base_model
+
+    cfg = _cfg(args)
+    if not cfg.get("sweep"):
+        raise ConfigError(f"{args.config}: no 'sweep' section (the mechanism sweep's settings)")
+    summary = build_sweep_base_model(cfg, args.init, args.demos, args.out, seed=args.seed)
+    print(json.dumps({k: v for k, v in summary.items() if k != "sft_loss"}))
+    return 0
+
+
 def cmd_train(args) -> int:
     from rtpo.inputs import check_model_dir
 
@@ -152,6 +164,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--out", required=True)
 
+    sp = add("sweep-base", cmd_sweep_base, "the mechanism sweep's base model: the base model's warm start "
+             "continued on the sweep's experts of every horizon K (config `sweep`)")
+    sp.add_argument("--init", default="results/models/base")
+    sp.add_argument("--demos", nargs="+", required=True, help="experts.jsonl of each K")
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--out", required=True)
+
     sp = add("train", cmd_train, "train one (method, task) cell for one or several seeds")
     sp.add_argument("--method", required=True)
     sp.add_argument("--task", required=True)
@@ -192,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="Snakemake profile directory whose set-resources to check (none: skip)")
 
     sp = add("report", cmd_report, "tables, figures and the claim ledger (also: rtpo report compare|reference|summary|claims-map -h)")
-    sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all"])
+    sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"])
     sp.add_argument("--results", default="results")
     sp.add_argument("--tables", default="results/tables")
     sp.add_argument("--figures", default="figures")

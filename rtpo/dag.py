@@ -118,6 +118,12 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
     if per_job > 1 and "airline" in cfg["tasks"] and not set(abl["seeds"]) <= set(cfg["seeds"]):
         errors.append(f"'ablations.seeds' {abl['seeds']} must be among 'seeds' {cfg['seeds']} when seeds_per_job > 1 "
                       "(the airline study's runs are main-grid runs, trained in the main grid's seed groups)")
+    if cfg.get("sweep"):
+        need("env", "search", "'sweep'")
+        need("data", "search", "'sweep'")
+        need("method", "rtpo", "'sweep' (its budget)")
+        for m in cfg["sweep"]["methods"]:
+            need("method", m, "'sweep.methods'")
     search = SearchData.of(cfg)
     if search.index and not search.corpus:
         errors.append("'data.search.retriever.index' needs 'data.search.corpus' (the corpus it is built from)")
@@ -244,6 +250,87 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
 
 
 # ---------------------------------------------------------------------------------------------
+# The mechanism sweep (config `sweep`, rules/sweep.smk; issue 36.4)
+# ---------------------------------------------------------------------------------------------
+SWEEP_BASE = "results/sweep/models/base"
+FLAT_BUDGET_KEYS = {"grpo": "chains", "grpo_tis": "chains", "seeupo": "chains"}  # one flat chain = one trajectory
+
+
+def sweep_data_dir(hops: int) -> str:
+    return f"results/sweep/data/h{hops}"
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One cell of the mechanism sweep: `method` under rollout context map `psi` on search questions of
+    exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
+    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides."""
+
+    hops: int
+    psi: str
+    method: str
+    seeds: tuple[int, ...]
+    sets: tuple
+
+    @property
+    def key(self) -> str:  # the {scell} wildcard
+        return f"h{self.hops}/psi-{variant_name(self.psi)}/{self.method}"
+
+    def run_dir(self, seed: int) -> str:
+        return f"results/sweep/{self.key}/seed{seed}"
+
+    def eval_file(self, seed: int) -> str:
+        return f"results/sweep/{self.key}/eval_seed{seed}.json"
+
+
+def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
+    """The `--set` overrides of the sweep's data at horizon K = hops: K-hop search questions, the
+    sweep's split sizes and demonstrations, max_turns = K + extra_turns."""
+    sw = cfg["sweep"]
+    n_train = int(sw.get("n_train", 400))
+    return [f"data.search.hops={hops}", f"data.search.n_train={n_train}",
+            f"data.search.n_eval={int(sw.get('n_eval', 60))}",
+            f"sft.demos_per_task={min(int(sw.get('demos_per_hops', 300)), n_train)}",
+            f"env.search.max_turns={hops + int(sw.get('extra_turns', 2))}"]
+
+
+def sweep_model_sets(cfg: Mapping[str, Any]) -> list[str]:
+    """The `--set` override of every sweep job's model section: the sweep base model's position limit
+    (sweep.max_position), so that the model settings it records match the runs' config
+    (rtpo.train.check_model_fits). Only the embedded model has one."""
+    if cfg["model"]["source"] != "tiny":
+        return []
+    return [f"model.tiny.max_position={int(cfg['sweep'].get('max_position', 2048))}"]
+
+
+def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
+    """Complete trajectories per prompt of RTPO at horizon K in E.3's count, T (1 + (G - 1) L), with
+    L = K + 1 trunk turns (K searches and the answer): the chains of a flat method in the same cell,
+    so budgets stay matched as K grows (one fixed chain count would favour RTPO more, the longer K)."""
+    s = method_settings(dict(cfg), "rtpo", "search")["method"]
+    return int(s.get("trunks", 1)) * (1 + (int(s.get("group_size", 4)) - 1) * (hops + 1))
+
+
+def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
+    """Every cell of config `sweep`, K-major, then psi, then method ([] without a sweep section)."""
+    sw = cfg.get("sweep")
+    if not sw:
+        return []
+    seeds = tuple(int(s) for s in sw["seeds"])
+    train = [f"train.{k}={json.dumps(v)}" for k, v in sorted((sw.get("train") or {}).items())]
+    cells = []
+    for k in sw["hops"]:
+        turns = sweep_data_sets(cfg, k)[-1]
+        for psi in sw["psi"]:
+            for m in sw["methods"]:
+                sets = [*sweep_model_sets(cfg), turns, f"method.{m}.psi={psi}", *train]
+                if m in FLAT_BUDGET_KEYS:
+                    sets.append(f"method.{m}.per_task.search.{FLAT_BUDGET_KEYS[m]}={sweep_budget(cfg, k)}")
+                cells.append(SweepCell(int(k), str(psi), m, seeds, tuple(sets)))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
 # Paper-scale search data (rules/data.smk, rules/retrieval.smk)
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -315,6 +402,9 @@ class Dag:
             self.reused[c.key] = src
             self.cells.append(c)
         self.cell_by_key = {c.key: c for c in self.cells}
+        self.sweep = sweep_cells(cfg)
+        self.sweep_seeds = [int(s) for s in (cfg.get("sweep") or {}).get("seeds", [])]
+        self.sweep_by_key = {c.key: c for c in self.sweep}
 
     # ------------------------------------------------------------------ the grid
     def main_cells(self, tasks=None, methods=None, seeds=None) -> list[tuple[str, str, int]]:
@@ -496,6 +586,49 @@ class Dag:
         files.append("results/theory")
         return sorted(set(files))
 
+    # ------------------------------------------------------------------ the mechanism sweep
+    def sweep_hops(self) -> list[int]:
+        return [int(k) for k in self.cfg["sweep"]["hops"]] if self.sweep else []
+
+    def sweep_config(self, sets: Iterable[str]) -> dict[str, Any]:
+        cfg = copy.deepcopy(dict(self.cfg))
+        for s in sets:
+            set_path(cfg, s, source="sweep override")
+        return cfg
+
+    def sweep_data_settings(self, hops: int) -> dict[str, Any]:
+        """What `rtpo data --task search` reads under the sweep's overrides at horizon K."""
+        return data_settings(self.sweep_config(sweep_data_sets(self.cfg, hops)), "search")
+
+    def sweep_base_settings(self) -> dict[str, Any]:
+        """What `rtpo sweep-base` reads: the base model's settings (its input), the sweep's warm start."""
+        sw = self.cfg["sweep"]
+        keys = ("psi", "demos_per_hops", "sft_epochs", "max_position")
+        return {"base": self.base_model_settings(), "sweep": {k: sw.get(k) for k in keys},
+                "model": self.sweep_config(sweep_model_sets(self.cfg))["model"],
+                "sft": {k: v for k, v in self.cfg["sft"].items() if k != "threads"},
+                "data": [self.sweep_data_settings(k) for k in self.sweep_hops()]}
+
+    def sweep_run_settings(self, cell: "SweepCell") -> dict[str, Any]:
+        cfg = self.sweep_config(cell.sets)
+        return {"engine": cfg["engine"], "verl": cfg.get("verl"), **method_settings(cfg, cell.method, "search")}
+
+    def sweep_train_stamp(self, cell: "SweepCell") -> str:
+        return stamp(fingerprint({"run": self.sweep_run_settings(cell), "data": self.sweep_data_settings(cell.hops),
+                                  "base": self.sweep_base_settings()}))
+
+    def sweep_eval_settings(self, cell: "SweepCell") -> dict[str, Any]:
+        s = self.sweep_run_settings(cell)
+        return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
+
+    def sweep_targets(self, with_final: bool = False) -> list[str]:
+        """Every run's summary.json (and final/) and eval JSON of the sweep."""
+        files = [f"{c.run_dir(s)}/summary.json" for c in self.sweep for s in c.seeds]
+        files += [c.eval_file(s) for c in self.sweep for s in c.seeds]
+        if with_final:
+            files += [f"{c.run_dir(s)}/final" for c in self.sweep for s in c.seeds]
+        return sorted(files)
+
     def all_results(self) -> list[str]:
         """Everything the report rules read."""
         return sorted(set(self.train_targets() + self.eval_targets() + self.ablation_targets()))
@@ -510,6 +643,7 @@ class Dag:
                           + self.ablation_targets(with_final=True)))
 
 
-__all__ = ["Dag", "AblationCell", "SeedJob", "SearchData", "ablation_cells", "seed_groups", "group_label", "cross_reference_errors", "effective_config",
+__all__ = ["Dag", "AblationCell", "SweepCell", "sweep_cells", "sweep_data_sets", "sweep_data_dir", "sweep_budget",
+           "sweep_model_sets", "SWEEP_BASE", "SeedJob", "SearchData", "ablation_cells", "seed_groups", "group_label", "cross_reference_errors", "effective_config",
            "fingerprint", "stamp", "variant_name", "keys_regex", "set_args", "run_dir", "eval_file", "data_file",
            "TRAIN_SHELL", "STUDIES", "RTPO_STUDIES", "ConfigError"]

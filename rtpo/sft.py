@@ -287,3 +287,54 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=1))
         write_manifest(tmp)
     return summary
+
+
+def build_sweep_base_model(cfg: dict[str, Any], init_dir: str | Path, demo_files: list[str | Path],
+                           out: str | Path, seed: int = 0) -> dict[str, Any]:
+    """The mechanism sweep's base model (config `sweep`, `rtpo sweep-base`): the pipeline's base model
+    (`init_dir`) with its position limit raised to sweep.max_position, its warm start continued for
+    sweep.sft_epochs on the sweep's expert demonstrations of every horizon K (`demo_files`): each as a
+    full conversation, and a sft.turn_fraction of them per turn under each non-full psi of the sweep
+    in turn, so every cell starts from the same weights and has seen the contexts its psi produces.
+    `cfg` is the config with the sweep's model override applied (rtpo.dag.sweep_model_sets)."""
+    from rtpo.engine.local import load_hf_model
+    from rtpo.inputs import jsonl_lines
+
+    out = Path(out)
+    sw, s = cfg["sweep"], cfg.get("sft", {})
+    torch.set_num_threads(int(s.get("threads", cfg["model"].get("threads", 1)) or 1))
+    t0 = time.perf_counter()
+    model, tok = load_hf_model(init_dir)
+    max_position = int(sw.get("max_position", 2048))
+    model.config.max_position_embeddings = max_position
+    psis = [p for p in sw["psi"] if p != "full"]
+    frac = float(s.get("turn_fraction", 0.25))
+    rng = random.Random(f"sweep-sft-{seed}")
+    rows: list[Example] = []
+    n_demos = 0
+    for f in demo_files:
+        for i, line in jsonl_lines(f):
+            try:
+                d = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as e:
+                raise ValueError(f"{f}:{i}: bad JSON ({e})") from None
+            n_demos += 1
+            rows.append(conversation_example(d["messages"], tok))
+            if psis and rng.random() < frac:
+                rows += turn_examples(d["messages"], tok, psis[n_demos % len(psis)])
+    summary: dict[str, Any] = {"source": "sweep", "init": str(init_dir), "demos": n_demos,
+                               "threads": torch.get_num_threads(), "model_settings": model_settings(cfg)}
+    epochs = int(sw.get("sft_epochs", 3))
+    if epochs > 0:
+        losses = sft(model, tok, rows, epochs, float(s["lr"]), int(s["batch_size"]), bool(s.get("bf16", False)),
+                     seed=seed, max_len=max_position)
+        summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses,
+                       longest_example=max(len(x) for x, _ in rows))
+    model.eval()
+    summary["wall_s"] = time.perf_counter() - t0
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=1))
+        write_manifest(tmp)
+    return summary

@@ -44,10 +44,12 @@ def split_of(question: str, seed: int) -> str:
 
 
 def generate_tasks(kind: str, n: int, seed: int, split: str,
-                   tiers: tuple[str, ...] = TIERS) -> list[Task]:
+                   tiers: tuple[str, ...] = TIERS, hops: int | None = None) -> list[Task]:
     """n tasks of `kind` for `split` ("train" | "eval"), deterministic in (kind, n, seed, split).
 
     Task ids: "<kind>-<split>-s<seed>-<index>"; source "embedded-<kind>"; tier = tiers[i % len(tiers)].
+    `hops` (search only): every question a path of exactly that many hops, tier its label
+    (search_tasks.tier_of_hops): the mechanism sweep's horizon K (config `sweep`).
     Raises ValueError if the question space cannot supply n distinct questions.
     """
     if split not in ("train", "eval"):
@@ -56,13 +58,18 @@ def generate_tasks(kind: str, n: int, seed: int, split: str,
         if t not in TIERS:
             raise ValueError(f"unknown tier {t!r}; known: {', '.join(TIERS)}")
     mod = _module(kind)
-    rng = random.Random(f"rtpo-{kind}-{seed}-{split}")
+    if hops is not None:
+        if kind != "search":
+            raise ValueError(f"hops: only search tasks have a horizon parameter, not {kind!r}")
+        tiers = (mod.tier_of_hops(int(hops)),)
+    rng = random.Random(f"rtpo-{kind}-{seed}-{split}" + ("" if hops is None else f"-hops{int(hops)}"))
     out: list[Task] = []
     seen: set[str] = set()
     misses = 0
     while len(out) < n:
         tier = tiers[len(out) % len(tiers)]
-        q, answers, meta = mod.sample_task(rng, tier, seed)
+        q, answers, meta = (mod.sample_task(rng, tier, seed) if hops is None
+                            else mod.sample_task(rng, tier, seed, hops=int(hops)))
         if q in seen or split_of(q, seed) != split:
             misses += 1
             if misses > 200 * (n + 10):
@@ -125,11 +132,12 @@ def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Pa
 
     cfg keys (all optional): seed (0), n_train (500), n_eval (150), n_expert (n_train: experts
     demonstrate the first n_expert train tasks), imperfection (0.0), expert_seed (seed),
-    env (dict of env options for make_env, e.g. {"max_turns": 6}). Unknown keys raise.
+    env (dict of env options for make_env, e.g. {"max_turns": 6}), hops (search: every question
+    exactly that many hops; the mechanism sweep). Unknown keys raise.
     experts.jsonl rows: {"task_id", "messages", "reward"}. Returns {file stem: path}.
     """
     cfg = dict(cfg or {})
-    known = {"seed", "n_train", "n_eval", "n_expert", "imperfection", "expert_seed", "env"}
+    known = {"seed", "n_train", "n_eval", "n_expert", "imperfection", "expert_seed", "env", "hops"}
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError(f"write_task_files({kind}): unknown config key(s) {unknown}; known: {sorted(known)}")
@@ -141,8 +149,9 @@ def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    train = generate_tasks(kind, n_train, seed, "train")
-    evals = generate_tasks(kind, n_eval, seed, "eval")
+    hops = cfg.get("hops")
+    train = generate_tasks(kind, n_train, seed, "train", hops=hops)
+    evals = generate_tasks(kind, n_eval, seed, "eval", hops=hops)
     paths = {"train": out / "train.jsonl", "eval": out / "eval.jsonl", "experts": out / "experts.jsonl"}
     _write_jsonl(paths["train"], [t.to_dict() for t in train])
     _write_jsonl(paths["eval"], [t.to_dict() for t in evals])

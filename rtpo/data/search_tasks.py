@@ -27,7 +27,7 @@ from rtpo.envs.search_kb import KB, build_kb
 from rtpo.envs.tool_env import ToolEnv
 from rtpo.tools.parse import format_tool_call
 
-__all__ = ["sample_task", "run_expert", "read_relation", "PATHS", "RELATIONS", "MISTAKES"]
+__all__ = ["sample_task", "run_expert", "read_relation", "tier_of_hops", "PATHS", "RELATIONS", "MISTAKES", "MAX_HOPS"]
 
 MISTAKES = ("no_tool", "wrong_arg", "malformed", "stop_early")
 
@@ -51,11 +51,15 @@ _PATTERNS = {
 }
 
 
-def _paths() -> dict[int, list[tuple[str, ...]]]:
-    """All relation paths from a film, by length (2, 3, 4)."""
+MAX_HOPS = 8  # the mechanism sweep's longest horizon (config `sweep.hops`); the tiers use 2-4
+
+
+def _paths(max_len: int = MAX_HOPS) -> dict[int, list[tuple[str, ...]]]:
+    """All relation paths from a film, by length (2 .. max_len). Beyond 4 hops a path walks the
+    person -> employer -> founder -> ... cycle, e.g. director, employer, founder, employer, hq, country."""
     out: dict[int, list[tuple[str, ...]]] = {}
     frontier = [((), "film")]
-    for n in range(1, 5):
+    for n in range(1, max_len + 1):
         frontier = [(p + (r,), RELATIONS[r][1]) for p, t in frontier for r in RELATIONS
                     if RELATIONS[r][0] == t]
         if n >= 2:
@@ -74,16 +78,20 @@ def _question(film: str, path: tuple[str, ...]) -> str:
     return _FINAL[path[-1]].format(np_)
 
 
-def sample_task(rng: random.Random, tier: str, seed: int) -> tuple[str, list[str], dict]:
-    """(question, answers, meta) for one question of `tier` on the KB of `seed`.
+def sample_task(rng: random.Random, tier: str, seed: int, hops: int | None = None) -> tuple[str, list[str], dict]:
+    """(question, answers, meta) for one question of `tier` on the KB of `seed`; `hops` (2 .. MAX_HOPS)
+    fixes the path length instead of the tier's (the mechanism sweep's horizon K; config `sweep`).
     meta = {"corpus_seed", "hops", "path" (relations), "chain" (entity names, film first)}."""
     if tier not in _HOPS:
         raise ValueError(f"search: unknown tier {tier!r}")
+    n = _HOPS[tier] if hops is None else int(hops)
+    if n not in PATHS:
+        raise ValueError(f"search: hops must be 2 .. {MAX_HOPS}, got {hops!r}")
     kb = build_kb(seed)
     films = kb.of_type("film")
     while True:
         film = rng.choice(films)
-        path = rng.choice(PATHS[_HOPS[tier]])
+        path = rng.choice(PATHS[n])
         chain = [film]
         for r in path:
             chain.append(kb.entities[chain[-1]][r])
@@ -91,6 +99,11 @@ def sample_task(rng: random.Random, tier: str, seed: int) -> tuple[str, list[str
             continue
         meta = {"corpus_seed": seed, "hops": len(path), "path": list(path), "chain": chain}
         return _question(film, path), [chain[-1]], meta
+
+
+def tier_of_hops(hops: int) -> str:
+    """The difficulty label of a K-hop question: the tiers' own lengths (2 easy, 3 medium), hard beyond."""
+    return "easy" if hops <= 2 else "medium" if hops == 3 else "hard"
 
 
 def read_relation(observation: str, name: str, relation: str) -> str | None:

@@ -85,6 +85,12 @@ def report_main(args) -> int:
     from rtpo.config import load_config
 
     cfg = load_config(args.config, getattr(args, "set", None))
+    if args.what == "sweep":  # the mechanism sweep's own table, claims and figure (rules/sweep.smk)
+        from rtpo.report.sweep import write_sweep
+
+        written = write_sweep(args.results, cfg, args.tables, args.figures)
+        print(f"rtpo report sweep: wrote {len(written)} files under {args.tables} and {args.figures}")
+        return 0
     written = run_report(args.what, args.results, cfg, args.tables, args.figures, progress=True)
     print(f"rtpo report {args.what}: wrote {len(written)} files under {args.tables} and {args.figures}")
     return 0

@@ -214,6 +214,16 @@ REUSED, REUSED_EVAL = PIPELINE.reused_runs(), PIPELINE.reused_evals()
 REUSED_RUNS, REUSED_EVALS = dag.keys_regex(REUSED), dag.keys_regex(REUSED_EVAL)
 
 
+# the mechanism sweep (rules/sweep.smk): {hops} is a horizon K of sweep.hops, {scell} a SweepCell's key
+SWEEP_HOPS = dag.keys_regex(str(k) for k in PIPELINE.sweep_hops())
+SWEEP_CELLS = dag.keys_regex(PIPELINE.sweep_by_key)
+
+
+def sweep_of(wildcards):
+    """The SweepCell of a job with a {scell} wildcard."""
+    return PIPELINE.sweep_by_key[wildcards.scell]
+
+
 def cell_of(wildcards):
     """The AblationCell of a job with a {cell}, {run} or {evalrun} wildcard."""
     for name in ("cell", "run", "evalrun"):

@@ -1,0 +1,161 @@
+"""The mechanism sweep (config `sweep`; target `sweep`, outside `all`; issue 36.4; rtpo.dag.sweep_cells).
+
+The paper's central mechanism: flat training under a rollout context psi != full degrades with the
+number of turns and the size of the mismatch; RTPO's turn rows do not. The sweep varies both: search
+questions of exactly K hops (K in sweep.hops: K searches then the answer) x psi in sweep.psi x
+sweep.methods (RTPO, GRPO and GRPO-TIS, verl's token-level truncated importance sampling), sweep.seeds
+each. A flat method's chains follow RTPO's E.3 budget at that K (rtpo.dag.sweep_budget).
+
+  sweep_data         results/sweep/data/h<K>/{train,eval,experts}.jsonl  (rtpo data, K-hop questions)
+  sweep_base_model   results/sweep/models/base  (rtpo sweep-base: the base model's warm start continued
+                     on the experts of every K, positions raised to sweep.max_position)
+  sweep_train        results/sweep/h<K>/psi-<psi>/<method>/seed<S>/  (as a main run; {scell} wildcard)
+  sweep_evaluate     results/sweep/h<K>/psi-<psi>/<method>/eval_seed<S>.json
+  sweep_report       results/tables/sweep_horizon.{csv,md}, results/tables/sweep_claims.{csv,md},
+                     figures/sweep_horizon.png  (rtpo report sweep)
+"""
+
+if PIPELINE.sweep:
+
+    localrules:
+        sweep,
+        sweep_report,
+
+    rule sweep_data:
+        output:
+            train="results/sweep/data/h{hops}/train.jsonl",
+            eval="results/sweep/data/h{hops}/eval.jsonl",
+            experts="results/sweep/data/h{hops}/experts.jsonl",
+        wildcard_constraints:
+            hops=SWEEP_HOPS,
+        params:
+            settings=lambda wildcards: fingerprint(PIPELINE.sweep_data_settings(int(wildcards.hops))),
+            sets=lambda wildcards: set_args(dag.sweep_data_sets(config, int(wildcards.hops))),
+            config=config_path,
+        log:
+            "results/logs/sweep/data/h{hops}.log",
+        threads: 1
+        conda:
+            CONDA_ENV
+        shell:
+            "rtpo data --config {params.config} --task search {params.sets} --out $(dirname {output.train}) > {log} 2>&1"
+
+    rule sweep_base_model:
+        input:
+            model="results/models/base",
+            experts=[f"{dag.sweep_data_dir(k)}/experts.jsonl" for k in PIPELINE.sweep_hops()],
+        output:
+            directory(dag.SWEEP_BASE),
+        params:
+            settings=fingerprint(PIPELINE.sweep_base_settings()),
+            sets=set_args(dag.sweep_model_sets(config)),
+            config=config_path,
+        log:
+            "results/logs/sweep/base_model.log",
+        threads: BASE_THREADS
+        conda:
+            CONDA_ENV
+        shell:
+            "rtpo sweep-base --config {params.config} {params.sets} --init {input.model} --demos {input.experts} "
+            "--out {output} > {log} 2>&1"
+
+    for _job in PIPELINE.seed_jobs("sweep_train", PIPELINE.sweep_seeds):
+        _run = "results/sweep/{scell}/seed{seed}"
+
+        rule:
+            name:
+                _job.rule
+            input:
+                train=lambda wildcards: f"{dag.sweep_data_dir(sweep_of(wildcards).hops)}/train.jsonl",
+                model=dag.SWEEP_BASE,
+            output:
+                summary=_job.paths(f"{_run}/summary.json"),
+                final=[directory(p) for p in _job.paths(f"{_run}/final")],
+            wildcard_constraints:
+                scell=SWEEP_CELLS,
+            params:
+                method=lambda wildcards: sweep_of(wildcards).method,
+                task="search",
+                sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
+                settings=lambda wildcards: fingerprint(PIPELINE.sweep_run_settings(sweep_of(wildcards))),
+                stamp=lambda wildcards: PIPELINE.sweep_train_stamp(sweep_of(wildcards)),
+                config=config_path,
+                **seed_params(_job, _run, "results/logs/sweep/{scell}/seed{seed}/train.log"),
+            log:
+                **seed_logs(_job, "results/logs/sweep/{scell}/seed{seed}/train.log",
+                            "results/logs/sweep/{scell}/{label}.train.job.log"),
+            benchmark:
+                f"results/benchmarks/sweep/{{scell}}/{_job.label}.train.tsv"
+            threads: THREADS
+            conda:
+                CONDA_ENV
+            shell:
+                TRAIN_SHELL
+
+    for _job in PIPELINE.seed_jobs("sweep_evaluate", PIPELINE.sweep_seeds):
+
+        rule:
+            name:
+                _job.rule
+            input:
+                model=_job.paths("results/sweep/{scell}/seed{seed}/final"),
+                eval=lambda wildcards: f"{dag.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
+            output:
+                result=_job.paths("results/sweep/{scell}/eval_seed{seed}.json"),
+            wildcard_constraints:
+                scell=SWEEP_CELLS,
+            params:
+                method=lambda wildcards: sweep_of(wildcards).method,
+                sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
+                settings=lambda wildcards: fingerprint(PIPELINE.sweep_eval_settings(sweep_of(wildcards))),
+                config=config_path,
+                engine=eval_engine,
+                model=seed_params(_job, "results/sweep/{scell}/seed{seed}/final")["out"],
+                **seed_params(_job, "results/sweep/{scell}/eval_seed{seed}.json",
+                              "results/logs/sweep/{scell}/eval_seed{seed}.log"),
+            log:
+                **seed_logs(_job, "results/logs/sweep/{scell}/eval_seed{seed}.log",
+                            "results/logs/sweep/{scell}/{label}.eval.job.log"),
+            benchmark:
+                f"results/benchmarks/sweep/{{scell}}/{_job.label}.eval.tsv"
+            threads: THREADS
+            conda:
+                CONDA_ENV
+            shell:
+                "exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
+                "--task search --seed {params.seeds} --eval-file {input.eval} {params.sets} "
+                "--engine {params.engine} --out {params.out} {params.logs} > {log.job} 2>&1"
+
+    rule sweep_report:
+        input:
+            PIPELINE.sweep_targets(),
+        output:
+            table="results/tables/sweep_horizon.csv",
+            claims="results/tables/sweep_claims.csv",
+            figure="figures/sweep_horizon.png",
+        params:
+            settings=fingerprint(config.get("sweep")),
+            config=config_path,
+        log:
+            "results/logs/report/sweep.log",
+        conda:
+            CONDA_ENV
+        shell:
+            "rtpo report sweep --config {params.config} --results results --tables $(dirname {output.table}) "
+            "--figures $(dirname {output.figure}) > {log} 2>&1"
+
+    rule sweep:
+        input:
+            rules.sweep_report.output,
+            PIPELINE.sweep_targets(with_final=True),
+
+else:
+
+    localrules:
+        sweep,
+
+    rule sweep:
+        message:
+            "this config has no 'sweep' section (the mechanism sweep: config/config.yaml's)"
+        shell:
+            "echo 'no sweep section in this config (see config/config.yaml, key sweep)' >&2; exit 1"
