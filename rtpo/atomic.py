@@ -43,10 +43,6 @@ def temp_name(path: Path, suffix: str = "") -> Path:
     return path.with_name(f".{path.name}{TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
 
 
-def is_temporary(name: str) -> bool:
-    return name.startswith(".") and TMP_MARK in name
-
-
 def _writer_alive(name: str, prefix: str) -> bool:
     """Whether the temporary `name` (`{prefix}{pid}-{random}...`) belongs to another process still running."""
     pid = name[len(prefix):].split("-", 1)[0]

@@ -14,11 +14,6 @@ def masked_sum(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum()
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of x over mask==1 entries (0 if the mask is empty)."""
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 def ppo_clip_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -67,9 +62,3 @@ def truncated_is_weights(old_logp: torch.Tensor, rollout_logp: torch.Tensor, thr
     min(pi_old / pi_rollout, threshold), detached. old_logp: the training weights' logprobs before the
     update; rollout_logp: the logprobs the tokens were sampled with. (B, T) -> (B, T)."""
     return torch.exp((old_logp - rollout_logp).clamp(-20.0, 20.0)).clamp(max=threshold).detach()
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dim: (B, T, V) -> (B, T)."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)

@@ -73,24 +73,12 @@ from rtpo.atomic import atomic_dir, atomic_write_text, exclusive, remove_leftove
 from rtpo.config import env_options, method_settings
 from rtpo.engine.base import SamplingParams, UpdateConfig
 from rtpo.inputs import MANIFEST, CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
+from rtpo.data import load_tasks  # noqa: F401  (re-exported: evaluate and scripts import it from here)
 from rtpo.envs.base import Task
 from rtpo.instrument import JsonlWriter, dumps, run_summary
 from rtpo.instrument import is_success
 from rtpo.rollout import Roller, Start
 from rtpo.signals import Stopped, StopOnSigterm
-
-
-def load_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
-    """The task file of a split (rtpo.data.read_tasks: every row type-checked, of `kind` if given),
-    which must exist and hold at least one task."""
-    from rtpo.data import read_tasks
-
-    if not Path(path).exists():
-        raise FileNotFoundError(f"task file not found: {path}")
-    tasks = read_tasks(path, kind)
-    if not tasks:
-        raise ValueError(f"{path}: no tasks")
-    return tasks
 
 
 def env_factory(env_cfg: dict[str, Any]):

@@ -73,7 +73,7 @@ def main() -> int:
     if a.warm_start:
         model = warm_model(out / "warm_model")
     elif not (model / "config.json").exists():
-        from rtpo.verl_ext.gpu_smoke import build_model
+        from gpu_smoke import build_model  # scripts/gpu_smoke.py (this script's directory is on sys.path)
 
         model = build_model(out / "model", "tiny")
     cfg = load_config(a.config)

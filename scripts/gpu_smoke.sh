@@ -12,7 +12,7 @@
 #   tree_grpo       two Tree-GRPO steps with paper.yaml's entropy bonus and KL (reference model on; kl_ref > 0)
 #   seeupo          one SeeUPO step (K updates, reverse turn order) with paper.yaml's KL
 #   paper_memory    torch only (no vLLM, no Ray): the actor's peak memory per pass at paper shape, extrapolated
-#                   to 36 layers (also on its own: python -m rtpo.verl_ext.gpu_memory; --cpu: its --tiny rehearsal)
+#                   to 36 layers (also on its own: python scripts/gpu_memory.py; --cpu: its --tiny rehearsal)
 #   eval            config/paper.yaml's evaluation of a few problems per task on vLLM (tokens/s per task)
 # on a random Qwen3-0.6B-sized model (or --size tiny). Needs a CUDA GPU and the GPU stack
 # (pip install -e '.[gpu]': verl[vllm]==0.9.1, vllm 0.24.0).
@@ -26,4 +26,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
 export PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled HF_HUB_OFFLINE=1
-exec "$PY" -m rtpo.verl_ext.gpu_smoke "$@"
+exec "$PY" scripts/gpu_smoke.py "$@"

@@ -79,7 +79,8 @@ def test_gpu_smoke_eval_config_composes_with_verl(tmp_path):
     """scripts/gpu_smoke.sh's evaluation (no GPU here to run it): config/paper.yaml fitted to the
     smoke's GPUs and model gives valid vLLM server overrides."""
     from rtpo.verl_ext.eval_servers import compose, eval_overrides
-    from rtpo.verl_ext.gpu_smoke import eval_config
+    sys.path.append(str(ROOT / "scripts"))  # scripts/gpu_smoke.py, a program outside rtpo/
+    from gpu_smoke import eval_config
 
     model = _model_dir(tmp_path, max_position=4096)
     cfg = eval_config(1, model)

@@ -1,8 +1,9 @@
 """scripts/gpu_smoke.sh without a GPU (fast, no Ray): every GPU case's config composes with verl's Hydra
 config, the case runner isolates failures and prints the table, and the command line's checks.
 The cases themselves run on vLLM's CPU build in tests/vllm_cpu/test_gpu_smoke_cpu.py; the torch-only
-paper_memory case (rtpo.verl_ext.gpu_memory) is rehearsed here at its tiny shape on the CPU, and its
-extrapolation arithmetic checked on constructed numbers."""
+paper_memory case (scripts/gpu_memory.py) is rehearsed here at its tiny shape on the CPU, and its
+extrapolation arithmetic checked on constructed numbers. Both programs live in scripts/, outside the
+package: they are imported from there (scripts/ on sys.path, as gpu_smoke.py finds gpu_memory.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ import pytest
 pytest.importorskip("verl")
 
 import math  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
-from rtpo.verl_ext import gpu_smoke as gs  # noqa: E402
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.append(str(SCRIPTS))
+
+import gpu_memory as gm  # noqa: E402  (scripts/gpu_memory.py)
+import gpu_smoke as gs  # noqa: E402  (scripts/gpu_smoke.py)
 
 
 @pytest.mark.parametrize("case", gs.TRAIN_CASES)
@@ -184,15 +192,13 @@ def test_the_watchdog_kills_only_its_own_run():
 
 
 # ------------------------------------------------------------------ paper_memory (torch only)
-# The CPU rehearsal of `python -m rtpo.verl_ext.gpu_memory` (what the paper_memory case runs on a GPU):
+# The CPU rehearsal of `python scripts/gpu_memory.py` (what the paper_memory case runs on a GPU):
 # the tiny shape, every method, 2 and 4 layers, through the command line with its JSON (~20 s).
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
     import contextlib
     import io
     import json
-
-    from rtpo.verl_ext import gpu_memory as gm
 
     js = tmp_path_factory.mktemp("paper_memory") / "pm.json"
     buf = io.StringIO()
@@ -204,8 +210,6 @@ def rehearsal(tmp_path_factory):
 
 
 def test_paper_memory_rehearsal_prints_a_verdict_and_numbers_per_method(rehearsal):
-    from rtpo.verl_ext import gpu_memory as gm
-
     rc, out, res = rehearsal
     assert rc == 0 and res["ok"] and res["tiny"] and res["tokens"] == 256 and res["target_layers"] == 36
     lines = out.splitlines()
@@ -259,8 +263,6 @@ def test_paper_memory_rehearsal_measures_what_the_arithmetic_assumes(rehearsal):
 
 def _constructed(excess: dict[int, dict[str, int]], kl: float = 1e-3):
     """MethodResults with chosen per-pass excess bytes (state 1 GiB) at layer counts."""
-    from rtpo.verl_ext import gpu_memory as gm
-
     G = 2 ** 30
     return {L: gm.MethodResult("grpo", L, {p: gm.PassResult(G + e[p], G, 1.0, 24576) for p in gm.PASSES}, 0, 0.1, kl,
                                1.0, None) for L, e in excess.items()}
@@ -268,8 +270,6 @@ def _constructed(excess: dict[int, dict[str, int]], kl: float = 1e-3):
 
 def test_extrapolation_arithmetic_on_constructed_numbers():
     import dataclasses
-
-    from rtpo.verl_ext import gpu_memory as gm
 
     assert gm.extrapolate({2: 10.0, 4: 14.0}, 36, 99.0) == (78.0, 2.0, "2 vs 4 layers")  # 14 + 32 x 2
     assert gm.extrapolate({2: 10.0, 3: 11.0, 4: 14.0}, 6, 0.0)[:2] == (18.0, 2.0)  # smallest and largest L
@@ -315,8 +315,6 @@ def test_extrapolation_arithmetic_on_constructed_numbers():
 
 
 def test_paper_memory_setup_reads_the_paper_cell():
-    from rtpo.verl_ext import gpu_memory as gm
-
     s = gm.paper_setup()
     assert (s.shape.hidden, s.shape.intermediate, s.shape.heads, s.shape.kv_heads, s.shape.head_dim, s.shape.vocab) == \
         (4096, 12288, 32, 8, 128, 151936)
@@ -337,8 +335,6 @@ def test_paper_memory_uses_verls_functions():
     from verl.trainer.ppo.core_algos import kl_penalty_forward
     from verl.utils.torch_functional import logprobs_from_logits_v2
 
-    from rtpo.verl_ext import gpu_memory as gm
-
     g = torch.Generator().manual_seed(0)
     for dt in (torch.float32, torch.bfloat16):
         logits = (3 * torch.randn(40, 300, generator=g)).to(dt)
@@ -352,8 +348,6 @@ def test_packed_row_keeps_its_sequences_apart():
     """Remove-padding as the measurement runs it: a sequence in the packed row (position ids restarting)
     gets the logits it gets alone, so the packed sdpa mask is block-diagonal."""
     import torch
-
-    from rtpo.verl_ext import gpu_memory as gm
 
     s = gm.paper_setup(tiny=True)
     policy, _ = gm.build_models(s, 2, torch.device("cpu"), torch.float32)
@@ -380,3 +374,35 @@ def test_torch_only_cases_need_no_vllm(tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         (row,) = gs.run_cases(["paper_memory"], gs.Smoke(out=tmp_path))
         assert row.result == "SKIP" and "no CUDA device" in row.detail
+
+
+def test_the_programs_run_from_scripts(tmp_path):
+    """Both programs run by path from any directory with nothing on PYTHONPATH (each puts its checkout
+    on sys.path), gpu_smoke.sh calls scripts/gpu_smoke.py, and gpu_memory.py needs no verl, vLLM or Ray:
+    here they are made unimportable and its tiny rehearsal of one method still runs."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    listed = subprocess.run([sys.executable, str(SCRIPTS / "gpu_smoke.py"), "--list"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert [x.split()[0] for x in listed.stdout.splitlines()] == list(gs.CASES)
+    sh = subprocess.run(["bash", str(SCRIPTS / "gpu_smoke.sh"), "--list"], cwd=tmp_path,
+                        env={**env, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=120)
+    assert sh.returncode == 0 and sh.stdout == listed.stdout, sh.stderr
+    block = ("import runpy, sys\n"
+             "class NoGpuStack:\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] in ('verl', 'vllm', 'ray'):\n"
+             "            raise ImportError(f'{name} is blocked: gpu_memory.py must run with torch alone')\n"
+             "sys.meta_path.insert(0, NoGpuStack())\n"
+             "sys.argv = sys.argv[1:]\n"
+             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    js = tmp_path / "pm.json"
+    res = subprocess.run([sys.executable, "-c", block, str(SCRIPTS / "gpu_memory.py"), "--tiny", "--device", "cpu",
+                          "--layers", "2", "--methods", "grpo", "--json", str(js)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode in (0, 1) and js.exists(), res.stdout[-2000:] + res.stderr[-2000:]
+    assert "paper_memory grpo: " in res.stdout and list(json.loads(js.read_text())["verdicts"]) == ["grpo"]

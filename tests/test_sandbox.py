@@ -27,6 +27,7 @@ calls from 8 threads give the results of serial calls.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pwd
@@ -53,6 +54,7 @@ WALL, CPU, MEM, CAP = 2.0, 1, 256, 2000
 MAX_WALL = 4.0  # the parent's plain wall-clock backstop in the hostile suites (keeps them short)
 SLACK = 2.5  # seconds over max_wall_s a call may take on a loaded 2-core box (start-up, cleanup)
 MODULE_PATH = Path(ps.__file__).resolve()
+BOOT_PATH = MODULE_PATH.parent / "sandbox_boot" / "__main__.py"  # the program the child processes run
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534
 SECRET_VAR = "RTPO_SANDBOX_TEST_SECRET"
@@ -1192,6 +1194,47 @@ def test_per_call_overhead(sandbox):
 
 
 # --------------------------------------------------------------------------------------------------
+# The bootstrap program (rtpo/tools/sandbox_boot/__main__.py) and the benchmark script.
+
+# sha256 of `ps._BOOT`, the text the sandbox hands to `python`. Update it only when the bootstrap is
+# changed on purpose (and then run this whole file as root and as a user: it is the containment).
+BOOT_SHA256 = "0f3558c2610c1faa67cec7d84f047fe110d4fca0b92c177441d218b6a5ae7630"
+
+
+def test_bootstrap_program_is_pinned():
+    assert ps._BOOT == BOOT_PATH.read_text(encoding="utf-8")
+    got = hashlib.sha256(ps._BOOT.encode()).hexdigest()
+    assert got == BOOT_SHA256, (
+        f"the sandbox's bootstrap program ({BOOT_PATH}) changed: sha256 {got}. If that was on purpose, "
+        f"set BOOT_SHA256 in tests/test_sandbox.py to it (after running this file's containment tests)")
+
+
+def test_bootstrap_program_is_run_never_imported():
+    """A `__main__.py` (tests/test_imports.py imports every other .py of rtpo/): importing it would
+    run it. Nothing of rtpo imports it, and the sandbox module has no command line of its own (the
+    benchmark is scripts/bench_sandbox.py)."""
+    assert BOOT_PATH.name == "__main__.py" and ps._BOOT_PATH == str(BOOT_PATH)
+    assert not [m for m in sys.modules if m.startswith("rtpo.tools.sandbox_boot.")]
+    root = MODULE_PATH.parents[2]
+    importers = [str(f) for d in ("rtpo", "scripts", "tests") for f in (root / d).rglob("*.py")
+                 if re.search(r"^\s*(from|import)\s+\S*sandbox_boot", f.read_text(errors="replace"), re.M)]
+    assert importers == []
+    assert not hasattr(ps, "main") and "argparse" not in vars(ps)
+
+
+def test_bench_script_runs():
+    """scripts/bench_sandbox.py: --phases patches the bootstrap (`ps._BOOT`) in its own process; the
+    plain form runs code from the command line."""
+    script = str(MODULE_PATH.parents[2] / "scripts" / "bench_sandbox.py")
+    p = subprocess.run([sys.executable, script, "--phases", "2"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "phase (wall, median ms):" in p.stdout and "C_start -> C_root" in p.stdout, p.stdout
+    p = subprocess.run([sys.executable, script, "print(6 * 7)"], capture_output=True, text=True, timeout=120)
+    assert (p.returncode, p.stdout) == (0, "42\n"), p.stderr[-3000:]
+    assert "[ok=True error=None" in p.stderr
+
+
+# --------------------------------------------------------------------------------------------------
 # The other modes (as root): ns-user and rlimit-user as uid 65534, rlimit-root in-process.
 
 def _readable_by_others(path: str) -> bool:
@@ -1203,7 +1246,7 @@ def _readable_by_others(path: str) -> bool:
 
 needs_root_and_system_python = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON) or not _readable_by_others(SYSTEM_PYTHON)
-    or not _readable_by_others(str(MODULE_PATH)),
+    or not _readable_by_others(str(MODULE_PATH)) or not _readable_by_others(str(BOOT_PATH)),
     reason="needs root (to act as uid 65534) and a system python 65534 can run")
 
 _SUBSUITE = r"""

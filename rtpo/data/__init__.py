@@ -22,7 +22,7 @@ from rtpo.envs.base import Message, Task
 from rtpo.envs.search_kb import build_corpus
 
 __all__ = ["KINDS", "TIERS", "generate_tasks", "get_expert", "corpus_for", "write_task_files",
-           "split_of", "read_tasks"]
+           "split_of", "read_tasks", "load_tasks"]
 
 KINDS = ("math", "search", "airline")
 TIERS = ("easy", "medium", "hard")
@@ -172,3 +172,14 @@ def write_task_files(kind: str, cfg: Mapping[str, Any] | None, out_dir: str | Pa
         rows.append({"task_id": t.id, "messages": msgs, "reward": reward})
     _write_jsonl(paths["experts"], rows)
     return paths
+
+
+def load_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
+    """The task file of a split (read_tasks: every row type-checked, of `kind` if given), which must
+    exist and hold at least one task."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"task file not found: {path}")
+    tasks = read_tasks(path, kind)
+    if not tasks:
+        raise ValueError(f"{path}: no tasks")
+    return tasks

@@ -374,11 +374,3 @@ FIGURES: tuple[Callable[[Results, Path], list[Path]], ...] = (
     fig03_consistency, fig_training_curves, fig_main_results, fig_group_size, fig_continuation, fig_sync,
     fig_budget,
 )
-
-
-def build_figures(res: Results, outdir: str | Path) -> list[Path]:
-    out: list[Path] = []
-    for fn in FIGURES:
-        out += fn(res, Path(outdir))
-    return out
-

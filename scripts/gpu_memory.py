@@ -1,12 +1,13 @@
 """Torch-only measurement of the actor's memory at paper scale (GPU smoke case ``paper_memory``).
 
-    python -m rtpo.verl_ext.gpu_memory [--layers 2,4] [--methods grpo,...] [--json OUT]   # one CUDA GPU
-    python -m rtpo.verl_ext.gpu_memory --tiny                                             # CPU rehearsal, seconds
-    bash scripts/gpu_smoke.sh --cases paper_memory                                        # the same, as a smoke case
+    python scripts/gpu_memory.py [--layers 2,4] [--methods grpo,...] [--json OUT]   # one CUDA GPU
+    python scripts/gpu_memory.py --tiny                                             # CPU rehearsal, seconds
+    bash scripts/gpu_smoke.sh --cases paper_memory                                  # the same, as a smoke case
 
 Needs only torch and transformers (and this repository's light modules: rtpo.config, rtpo.verl_ext.startup,
-rtpo.verl_ext.entropy, rtpo.verl_ext.launch; no verl, vLLM, Ray, network or download), so one GPU with
-just torch measures what config/paper.yaml's actor update holds on a GPU:
+rtpo.verl_ext.entropy, rtpo.verl_ext.launch, imported from the checkout this script is in; no verl, vLLM,
+Ray, network or download), so one GPU with just torch measures what config/paper.yaml's actor update holds
+on a GPU:
 
 * the model: config/paper.yaml's model shape (rtpo.verl_ext.startup.KNOWN_MODELS: Qwen3-8B, hidden 4096,
   intermediate 12288, 32/8 heads of 128, the full 151,936-token vocabulary), random init, cut to
@@ -70,6 +71,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+REPO = Path(__file__).resolve().parent.parent  # this checkout: its rtpo package, installed or not
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 PASSES = ("old_logprob", "ref", "update_fwd", "backward", "optimizer")
 METHODS = ("grpo", "tree_grpo", "tree_grpo_verl", "rtpo", "seeupo")
