@@ -46,7 +46,8 @@ def _bench_batch(sb, code: str, n: int, threads: int) -> tuple[list[float], floa
     of everything the calls cost: this process (all threads) and the sandbox processes (reaped by
     this process, or by the fork server: its own CPU time and its children's). Not counted: the
     kernel's threads that free network namespaces (~0.3 ms per call, the same for both)."""
-    srv = ps._servers.get(sb.python) if getattr(sb, "fork_server", False) else None
+    mod = sys.modules[type(sb).__module__]  # the sandbox's own module: this checkout's or a --vs tree's
+    srv = mod._servers.get(sb.python) if getattr(sb, "fork_server", False) and hasattr(mod, "_servers") else None
 
     def cpu() -> float:
         a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
