@@ -25,6 +25,12 @@ the ratio is 1.
 
 The flattened row (`rtpo.methods.base.flatten_row`) is Tree-GRPO's and ARPO's too.
 
+Where this file runs: on the local engine (the CPU default, `engine: local`) and on VerlEngine for the
+trainer mode rtpo_engine_sync. At paper scale GRPO does not run through it: the launcher selects
+verl's own sync trainer (rtpo_chain_sync) with verl's estimator, algorithm.adv_estimator=grpo
+(verl core_algos.compute_grpo_outcome_advantage, the same arithmetic as `advantages` here), on the
+flat rows of rtpo's agent loop (rtpo.verl_ext.launch, docs/verl.md).
+
 GRPO-TIS (`grpo_tis`): GRPO with verl's rollout correction in decoupled mode, token level
 (algorithm.rollout_correction: rollout_is = token, rollout_is_threshold = 2.0; Liu et al. 2025, "When
 Speed Kills Stability"): every token's policy-gradient loss is weighted by
