@@ -42,6 +42,7 @@ from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.base import Method
+from rtpo.methods.cards import parse_sync
 from rtpo.rollout import Start, Trajectory
 
 # a member of a sibling group at S_k: (trunk index, its trajectory or None, is_sibling)
@@ -203,19 +204,3 @@ class RTPO(Method):
             for m, n, o in zip(owner, new, olds):
                 logw[m] += sum(n) - sum(o)
         return [min(math.exp(min(lw, 50.0)), self.is_clamp) for lw in logw]
-
-
-def parse_sync(mode: str) -> tuple[str, str | None]:
-    """(name, argument) of an rtpo.sync mode: per_stage | interval:N | kl:tau; ValueError otherwise."""
-    if mode == "per_stage":
-        return mode, None
-    name, _, arg = mode.partition(":")
-    if name == "interval" and arg.isdigit() and int(arg) >= 1:
-        return name, arg
-    if name == "kl":
-        try:
-            float(arg)
-            return name, arg
-        except ValueError:
-            pass
-    raise ValueError(f"unknown rtpo.sync mode {mode!r}; expected per_stage | interval:N | kl:tau")

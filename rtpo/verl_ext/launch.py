@@ -45,16 +45,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
 SLURM_SCRIPT = HERE / "slurm_ray.sh"
-# method -> V1 trainer mode (vanilla runs no trainer)
-VERL_METHODS = {"rtpo": "rtpo_engine_sync", "rtpo_ca": "rtpo_engine_sync", "grpo": "rtpo_chain_sync",
-                "tree_grpo": "rtpo_engine_sync", "arpo": "rtpo_engine_sync", "seeupo": "rtpo_engine_sync",
-                "vanilla": None}
-TURN_ROW_METHODS = ("rtpo", "rtpo_ca")  # rows (c_k, one turn); the others train flattened or full-history rows
+# method -> V1 trainer mode (vanilla: None, it runs no trainer), from the methods' cards (rtpo.methods.cards,
+# which also give TURN_ROW_METHODS: rows (c_k, one turn); the others train flattened or full-history rows)
+VERL_METHODS = {n: c.verl_mode for n, c in CARDS.items() if c.verl_mode is not None or not c.trains}
 # what a periodic checkpoint holds (verl's checkpoint.save_contents): what a resume reads, no hf_model
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra")
 DEFAULT_CHECKPOINT_KEEP = 1  # train.checkpoint_keep (config schema default)
@@ -82,27 +81,6 @@ def trainer_mode(method: str, m: dict[str, Any]) -> str:
             raise ValueError(f"{method}.continuation must be on_policy or off_policy, got {cont!r}")
         needs_keep_weights(method, m)  # validates the sync mode
     return str(VERL_METHODS[method])
-
-
-def needs_keep_weights(method: str, m: dict[str, Any]) -> bool:
-    """Whether the run samples from stale inference weights: RTPO's sync modes interval:N / kl:tau
-    (validated here), which need rollout servers that keep their weights across sleep."""
-    if method not in TURN_ROW_METHODS:
-        return False
-    sync = str(m.get("sync", "per_stage"))
-    if not _sync_pattern().fullmatch(sync):  # what rtpo.methods.rtpo.parse_sync accepts, without importing torch
-        raise ValueError(f"unknown rtpo.sync mode {sync!r}; expected per_stage | interval:N | kl:tau")
-    return sync != "per_stage"
-
-
-@functools.lru_cache(maxsize=1)
-def _sync_pattern() -> re.Pattern:
-    """The config schema's pattern of an rtpo.sync mode ($defs.sync in rtpo/config.schema.yaml)."""
-    import yaml
-
-    from rtpo.config import SCHEMA
-
-    return re.compile(yaml.safe_load(SCHEMA.read_text())["$defs"]["sync"]["pattern"])
 
 
 def keep_rollout(rollout: str, why: str) -> str:

@@ -395,7 +395,7 @@ def _budget_key(cfg: Mapping[str, Any], method: str, task: str) -> str:
 
 
 def _length_keys(method: str, task: str) -> str:
-    from rtpo.verl_ext.launch import TURN_ROW_METHODS
+    from rtpo.methods.cards import TURN_ROW_METHODS
 
     if method in TURN_ROW_METHODS:
         return f"env.{task}.max_prompt_tokens / env.{task}.max_new_tokens"
@@ -406,7 +406,8 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                spec: EnvSpec, root: Path) -> CellReport:
     """Build the cell's GPU overrides (launch.verl_overrides, cpu=False) and check them (module doc)."""
     from rtpo.config import method_settings
-    from rtpo.verl_ext.launch import TURN_ROW_METHODS, trainer_mode, verl_overrides
+    from rtpo.methods.cards import TURN_ROW_METHODS
+    from rtpo.verl_ext.launch import trainer_mode, verl_overrides
 
     c = _with_sets(cfg, sets)
     v = dict(c.get("verl") or {})
@@ -549,8 +550,8 @@ def context_bound(method: str, P: int, R: int) -> str:
     """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
     turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
     full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
-    (launch.TURN_ROW_METHODS, not the method registry: the check runs in `snakemake -n`, without torch.)"""
-    from rtpo.verl_ext.launch import TURN_ROW_METHODS
+    (the methods' cards, rtpo.methods.cards, not the registry: the check runs in `snakemake -n`, without torch.)"""
+    from rtpo.methods.cards import TURN_ROW_METHODS
 
     return f"c_k <= {P}, turn <= {R}" if method in TURN_ROW_METHODS else f"episode <= {P + R}"
 

@@ -1,0 +1,97 @@
+"""One card per method: what the rest of the code may know about a method without importing it.
+
+The start-up check (`rtpo check-config`, also run by `snakemake -n`), the verl launcher and the budget
+estimates read these cards without torch; `rtpo.methods.registry` imports the classes they name. A new
+method is one class file plus one card here.
+
+  rows       "turn": rows (c_k, turn k), so the rollout bounds the context c_k + one response
+             (rtpo.rollout.Roller; RTPO); "flat": flattened or full-history rows, so it bounds the
+             training row the method will build (every baseline). The class's own `rows` must agree
+             (tests/test_startup_check.py).
+  verl_mode  the verl V1 trainer mode at paper scale (rtpo.verl_ext.launch): "rtpo_engine_sync" runs
+             the local method's `step` on VerlEngine; "rtpo_chain_sync" is verl's own sync trainer with
+             verl's GRPO estimator (GRPO never runs rtpo/methods/grpo.py on verl); None: not on verl.
+  sync       takes RTPO's weight-sync modes (paper G.6): per_stage | interval:N | kl:tau, the grammar
+             of the config schema's $defs.sync (parse_sync reads it from there: one grammar).
+  trains     False for vanilla: the base model evaluated as is (no verl run: launch.write_untrained).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MethodCard:
+    name: str
+    cls: str                 # "module:Class", imported by `load` only
+    rows: str                # "turn" | "flat"
+    verl_mode: str | None    # the verl V1 trainer mode, or None
+    sync: bool = False
+    trains: bool = True
+    note: str = ""
+
+    def load(self) -> type:
+        module, _, cls = self.cls.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+CARDS: dict[str, MethodCard] = {c.name: c for c in (
+    MethodCard("vanilla", "rtpo.methods.base:Vanilla", "flat", None, trains=False,
+               note="the base model, not trained"),
+    MethodCard("rtpo", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True),
+    MethodCard("rtpo_ca", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True,
+               note="RTPO under a context-aligned rollout: the config sets its psi to full"),
+    MethodCard("grpo", "rtpo.methods.grpo:GRPO", "flat", "rtpo_chain_sync",
+               note="on verl: verl's own trainer and GRPO estimator"),
+    MethodCard("grpo_tis", "rtpo.methods.grpo:GRPOTIS", "flat", None,
+               note="GRPO with verl's token-level truncated IS; local engine only"),
+    MethodCard("tree_grpo", "rtpo.methods.tree_grpo:TreeGRPO", "flat", "rtpo_engine_sync"),
+    MethodCard("arpo", "rtpo.methods.arpo:ARPO", "flat", "rtpo_engine_sync"),
+    MethodCard("seeupo", "rtpo.methods.seeupo:SeeUPO", "flat", "rtpo_engine_sync"),
+)}
+
+
+def card(name: str) -> MethodCard:
+    """The card of method `name`; ValueError listing the valid names otherwise."""
+    try:
+        return CARDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown method {name!r}; valid methods: {', '.join(CARDS)}") from None
+
+
+TURN_ROW_METHODS = tuple(n for n, c in CARDS.items() if c.rows == "turn")
+
+
+@functools.lru_cache(maxsize=1)
+def sync_pattern() -> re.Pattern:
+    """The config schema's pattern of an rtpo.sync mode ($defs.sync in rtpo/config.schema.yaml)."""
+    import yaml
+
+    from rtpo.config import SCHEMA
+
+    return re.compile(yaml.safe_load(SCHEMA.read_text())["$defs"]["sync"]["pattern"])
+
+
+def parse_sync(mode: str) -> tuple[str, str | None]:
+    """(name, argument) of an rtpo.sync mode: per_stage | interval:N | kl:tau; ValueError otherwise."""
+    if not isinstance(mode, str) or not sync_pattern().fullmatch(mode):
+        raise ValueError(f"unknown rtpo.sync mode {mode!r}; expected per_stage | interval:N | kl:tau")
+    if mode == "per_stage":
+        return mode, None
+    name, _, arg = mode.partition(":")
+    return name, arg
+
+
+def needs_keep_weights(method: str, m: dict) -> bool:
+    """Whether a run samples from stale inference weights: a sync method under interval:N / kl:tau
+    (validated here), which needs rollout servers that keep their weights across sleep."""
+    if not card(method).sync:
+        return False
+    return parse_sync(str(m.get("sync", "per_stage")))[0] != "per_stage"
+
+
+__all__ = ["MethodCard", "CARDS", "card", "TURN_ROW_METHODS", "sync_pattern", "parse_sync", "needs_keep_weights"]

@@ -1,0 +1,58 @@
+"""The methods' cards (rtpo.methods.cards, issue 38.2): one place for what code may know about a method
+without importing it, agreeing with the classes and with the config schema's sync grammar."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights, parse_sync
+
+
+def test_every_card_loads_its_class_and_agrees_on_rows():
+    from rtpo.methods.registry import METHODS, get_method
+
+    assert set(METHODS) == set(CARDS)
+    for name, c in CARDS.items():
+        cls = c.load()
+        assert get_method(name) is cls and cls.rows == c.rows, name
+    assert TURN_ROW_METHODS == ("rtpo", "rtpo_ca")
+    with pytest.raises(ValueError, match="valid methods: vanilla, rtpo"):
+        card("ppo")
+
+
+def test_verl_trainer_modes_come_from_the_cards():
+    from rtpo.verl_ext.launch import VERL_METHODS, trainer_mode
+
+    assert VERL_METHODS == {"vanilla": None, "rtpo": "rtpo_engine_sync", "rtpo_ca": "rtpo_engine_sync",
+                            "grpo": "rtpo_chain_sync", "tree_grpo": "rtpo_engine_sync", "arpo": "rtpo_engine_sync",
+                            "seeupo": "rtpo_engine_sync"}
+    with pytest.raises(ValueError, match="not available on the verl engine"):
+        trainer_mode("grpo_tis", {})
+
+
+@pytest.mark.parametrize("mode,parsed", [("per_stage", ("per_stage", None)), ("interval:2", ("interval", "2")),
+                                         ("kl:0.01", ("kl", "0.01")), ("kl:1e-3", ("kl", "1e-3"))])
+def test_sync_modes_parse(mode, parsed):
+    assert parse_sync(mode) == parsed
+
+
+@pytest.mark.parametrize("mode", ["interval:0", "interval:x", "kl:-1", "kl:nan", "kl:inf", "every", "", None])
+def test_sync_modes_outside_the_schemas_grammar_are_refused(mode):
+    """One grammar: what the config schema refuses, the method refuses too (it used to accept kl:-1, kl:nan)."""
+    with pytest.raises(ValueError, match="unknown rtpo.sync mode"):
+        parse_sync(mode)
+
+
+def test_stale_weights_only_for_sync_methods_off_per_stage():
+    assert needs_keep_weights("rtpo", {"sync": "interval:2"}) and needs_keep_weights("rtpo_ca", {"sync": "kl:0.1"})
+    assert not needs_keep_weights("rtpo", {}) and not needs_keep_weights("grpo", {"sync": "interval:2"})
+
+
+def test_cards_import_no_torch():
+    """The start-up check reads the cards in `snakemake -n`: no torch import."""
+    code = "import sys, rtpo.methods.cards as c; c.parse_sync('kl:0.1'); assert 'torch' not in sys.modules, 'torch'"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
