@@ -279,14 +279,19 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses)
     model.eval()
     summary["wall_s"] = time.perf_counter() - t0
-    # renamed into place whole, with the checksums every job that reads it verifies first
-    # (rtpo.inputs.check_model_dir): a damaged base model fails there, naming the file
+    save_base_model(model, tok, summary, out)
+    return summary
+
+
+def save_base_model(model: torch.nn.Module, tok: Any, summary: dict[str, Any], out: Path) -> None:
+    """Write a base model directory: weights, tokenizer, sft_summary.json and the checksum manifest,
+    renamed into place whole. Every job that reads it verifies the checksums first
+    (rtpo.inputs.check_model_dir), so a damaged base model fails there, naming the file."""
     with atomic_dir(out) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=1))
         write_manifest(tmp)
-    return summary
 
 
 def build_sweep_base_model(cfg: dict[str, Any], init_dir: str | Path, demo_files: list[str | Path],
@@ -332,9 +337,5 @@ def build_sweep_base_model(cfg: dict[str, Any], init_dir: str | Path, demo_files
                        longest_example=max(len(x) for x, _ in rows))
     model.eval()
     summary["wall_s"] = time.perf_counter() - t0
-    with atomic_dir(out) as tmp:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=1))
-        write_manifest(tmp)
+    save_base_model(model, tok, summary, out)
     return summary

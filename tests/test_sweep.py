@@ -16,6 +16,7 @@ from rtpo.data import generate_tasks
 from rtpo.data.search_tasks import MAX_HOPS, run_expert, sample_task
 from rtpo.envs import make_env
 from tests.conftest import ROOT, run_snakemake, workflow_copy
+from tests.helpers import tiny
 from tests.test_workflow import job_counts
 
 
@@ -156,3 +157,34 @@ def test_sweep_report_excludes_an_absent_mechanism_and_names_a_missing_file(tmp_
     victim.unlink()
     with pytest.raises(FileNotFoundError, match=str(victim.name)):
         write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
+
+
+def test_sweep_base_model_raises_positions_and_trains_on_every_psi(tmp_path):
+    """`rtpo sweep-base` (rtpo.sft.build_sweep_base_model): the base model continued on K-hop experts,
+    its position limit raised to sweep.max_position, a share of the demos added per turn under each
+    non-full psi, written as a checked model directory (the same files as the base model's)."""
+    from rtpo.data import write_task_files
+    from rtpo.engine.local import load_hf_model
+    from rtpo.inputs import check_model_dir
+    from rtpo.sft import build_base_model, build_sweep_base_model
+    from rtpo.tokenizer import save_tokenizer
+
+    tok_dir = tmp_path / "tok"
+    save_tokenizer(tiny.tokenizer(), tok_dir)
+    cfg = {"tasks": [], "model": {"source": "tiny", "threads": 1,
+                                  "tiny": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                                           "intermediate_size": 64, "max_position": 256}},
+           "sft": {"epochs": 0, "lr": 3e-3, "batch_size": 4, "turn_fraction": 1.0}}
+    build_base_model(cfg, tmp_path, tok_dir, tmp_path / "base")
+    demos = [write_task_files("search", {"n_train": 3, "n_eval": 1, "hops": k}, tmp_path / f"h{k}")["experts"]
+             for k in (2, 3)]
+    cfg["sweep"] = {"psi": ["full", "truncate:1"], "max_position": 512, "sft_epochs": 1}
+    summary = build_sweep_base_model(cfg, tmp_path / "base", demos, tmp_path / "sweep_base")
+    check_model_dir(tmp_path / "sweep_base")   # the manifest matches the files written
+    model, _ = load_hf_model(tmp_path / "sweep_base")
+    assert model.config.max_position_embeddings == 512
+    saved = json.loads((tmp_path / "sweep_base" / "sft_summary.json").read_text())
+    assert saved["demos"] == summary["demos"] == 6 and saved["source"] == "sweep"
+    # turn_fraction 1: every demo is added once whole and once per assistant turn under truncate:1
+    assert summary["sft_examples"] > 2 * summary["demos"]
+    assert all(x == x for x in summary["sft_loss"])   # finite, not NaN
