@@ -1,5 +1,6 @@
-"""The pipeline's DAG as plain Python: the grid, the ablation cells, the settings fingerprints, the
-target lists and the training shell, as functions of the validated config.
+"""The pipeline's DAG as plain Python: the seed groups, the ablation arms' reuse of main runs, the settings
+fingerprints, the target lists and the training shell, as functions of the validated config. The grid's
+cells and the results layout are rtpo.grid's (the report reads the same).
 
 workflow/rules/common.smk builds one `Dag(config)` (its PIPELINE) and the rules read it; tests/test_dag.py tests it
 without Snakemake. Nothing here knows Snakemake: errors are `rtpo.config.ConfigError`, which
@@ -27,28 +28,16 @@ from typing import Any
 import yaml
 
 from rtpo.config import ConfigError, data_settings, method_settings, set_path
+from rtpo.grid import (RTPO_STUDIES, STUDIES, SWEEP_BASE, TASK_KINDS, AblationCell, SweepCell, ablation_cells,
+                       data_file, eval_file, run_dir, sweep_data_dir, variant_name)
 
-# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO
-STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
-RTPO_STUDIES = ("group_size", "sync", "continuation")
-TASK_KINDS = ("math", "search", "airline")
+# The grid's names, its cells and the results layout live in rtpo.grid (shared with the report); they are
+# re-exported here for workflow/rules/common.smk.
 
 
 # ---------------------------------------------------------------------------------------------
-# Paths and small helpers
+# Small helpers
 # ---------------------------------------------------------------------------------------------
-def run_dir(task: str, method: str, seed: int) -> str:
-    return f"results/runs/{task}/{method}/seed{seed}"
-
-
-def eval_file(task: str, method: str, seed: int) -> str:
-    return f"results/eval/{task}/{method}/seed{seed}.json"
-
-
-def data_file(task: str, split: str) -> str:
-    return f"results/data/{task}/{split}.jsonl"
-
-
 def fingerprint(obj: Any) -> str:
     """Canonical JSON: the same settings give the same string whatever the key order."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
@@ -57,11 +46,6 @@ def fingerprint(obj: Any) -> str:
 def stamp(settings_json: str) -> str:
     """The checkpoint stamp of a training job (16 hex digits of the sha256 of its settings JSON)."""
     return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
-
-
-def variant_name(value: Any) -> str:
-    """A path-safe variant name: 'interval:2' -> 'interval-2', 'kl:0.01' -> 'kl-0.01'."""
-    return str(value).replace(":", "-")
 
 
 def keys_regex(keys: Iterable[str]) -> str:
@@ -186,101 +170,10 @@ TRAIN_SHELL = ("exec rtpo train --config {params.config} --method {params.method
 # ---------------------------------------------------------------------------------------------
 # Ablation cells
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class AblationCell:
-    """One ablation arm (study, variant) of one method, over its seeds, and its evaluation.
-
-    Files, per seed S: results/ablations/<study>/<variant>/<task>/<method>/seedS/ (as a main run) and
-    results/ablations/<study>/<variant>/<task>/<method>/eval_seedS.json. `sets` are the
-    `--set key=value` overrides that make the variant. An arm whose effective settings are the main
-    grid's (`Dag.reused_main_run`) is the main runs' copy, over every main seed; the others train on
-    the ablation seeds (`ablations.seeds`).
-    """
-
-    study: str
-    variant: str
-    task: str
-    method: str
-    seeds: tuple[int, ...]
-    sets: tuple
-
-    @property
-    def key(self) -> str:  # the {cell} wildcard: results/ablations/{cell}/seed<S>/
-        return f"{self.study}/{self.variant}/{self.task}/{self.method}"
-
-    def run_key(self, seed: int) -> str:  # the {run} wildcard of the copy rules: results/ablations/{run}/
-        return f"{self.key}/seed{seed}"
-
-    def eval_key(self, seed: int) -> str:  # the {evalrun} wildcard: results/ablations/{evalrun}.json
-        return f"{self.key}/eval_seed{seed}"
-
-    def run_dir(self, seed: int) -> str:
-        return f"results/ablations/{self.run_key(seed)}"
-
-    def eval_file(self, seed: int) -> str:
-        return f"results/ablations/{self.eval_key(seed)}.json"
-
-
-def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = None) -> list[AblationCell]:
-    """Every ablation arm of config `ablations`, in study order, over `seeds` (default: ablations.seeds)."""
-    cells = []
-    seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
-
-    def add(study, variant, task, methods, sets_of):
-        for m in methods:
-            cells.append(AblationCell(study, variant, task, m, seeds, tuple(sets_of(m))))
-
-    if "group_size" in ablations:
-        a = ablations["group_size"]
-        for g in a["values"]:
-            add("group_size", f"G{g}", a["task"], ["rtpo"], lambda m, g=g: [f"method.rtpo.group_size={g}"])
-    if "sync" in ablations:
-        a = ablations["sync"]
-        for v in a["values"]:
-            add("sync", variant_name(v), a["task"], ["rtpo"], lambda m, v=v: [f"method.rtpo.sync={v}"])
-    if "continuation" in ablations:
-        a = ablations["continuation"]
-        for v in a["values"]:
-            add("continuation", variant_name(v), a["task"], ["rtpo"], lambda m, v=v: [f"method.rtpo.continuation={v}"])
-    if "credit_assignment" in ablations:
-        a = ablations["credit_assignment"]
-        add("credit_assignment", f"psi-{variant_name(a['psi'])}", a["task"], a["methods"],
-            lambda m, psi=a["psi"]: [f"method.{m}.psi={psi}"])
-    return cells
-
-
 # ---------------------------------------------------------------------------------------------
 # The mechanism sweep (config `sweep`, rules/sweep.smk; issue 36.4)
 # ---------------------------------------------------------------------------------------------
-SWEEP_BASE = "results/sweep/models/base"
 FLAT_BUDGET_KEYS = {"grpo": "chains", "grpo_tis": "chains", "seeupo": "chains"}  # one flat chain = one trajectory
-
-
-def sweep_data_dir(hops: int) -> str:
-    return f"results/sweep/data/h{hops}"
-
-
-@dataclass(frozen=True)
-class SweepCell:
-    """One cell of the mechanism sweep: `method` under rollout context map `psi` on search questions of
-    exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
-    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides."""
-
-    hops: int
-    psi: str
-    method: str
-    seeds: tuple[int, ...]
-    sets: tuple
-
-    @property
-    def key(self) -> str:  # the {scell} wildcard
-        return f"h{self.hops}/psi-{variant_name(self.psi)}/{self.method}"
-
-    def run_dir(self, seed: int) -> str:
-        return f"results/sweep/{self.key}/seed{seed}"
-
-    def eval_file(self, seed: int) -> str:
-        return f"results/sweep/{self.key}/eval_seed{seed}.json"
 
 
 def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
@@ -392,15 +285,10 @@ class Dag:
         self.trainable = sorted(cfg["method"])
         self.search = SearchData.of(cfg)
         main = set(self.all_main_cells())
-        # cell key -> (task, method) of the main runs an arm copies (all their seeds), or None (trained)
-        self.reused: dict[str, tuple[str, str] | None] = {}
-        self.cells: list[AblationCell] = []
-        for c in ablation_cells(self.ablations):
-            src = self.reused_main_run(c, main)
-            if src is not None:
-                c = AblationCell(c.study, c.variant, c.task, c.method, tuple(self.seeds), c.sets)
-            self.reused[c.key] = src
-            self.cells.append(c)
+        # every arm runs the ablation seeds (rtpo.grid.ablation_cells, as the report reads them); cell key ->
+        # (task, method) of the main runs an arm copies (the same seeds), or None (trained)
+        self.cells: list[AblationCell] = ablation_cells(self.ablations)
+        self.reused: dict[str, tuple[str, str] | None] = {c.key: self.reused_main_run(c, main) for c in self.cells}
         self.cell_by_key = {c.key: c for c in self.cells}
         self.sweep = sweep_cells(cfg)
         self.sweep_seeds = [int(s) for s in (cfg.get("sweep") or {}).get("seeds", [])]
@@ -441,15 +329,16 @@ class Dag:
         """(task, method) of the main runs this ablation arm is identical to, or None.
 
         An arm reuses the main runs when `ablations.reuse_main_runs` is true (the default), the main grid
-        has that (task, method), and the arm's overrides change none of its effective settings, e.g. G3
-        when method.rtpo.group_size is 3. The arm is then the main grid's configuration, over every main
-        seed: its files are copies of the main runs' (rules ablation_reuse_run / ablation_reuse_eval,
-        with a reused_from.txt) instead of a retrain.
+        has that (task, method) at every ablation seed, and the arm's overrides change none of its
+        effective settings, e.g. G3 when method.rtpo.group_size is 3. The arm is then the main grid's
+        configuration: its files of the ablation seeds are copies of the main runs' (rules
+        ablation_reuse_run / ablation_reuse_eval, with a reused_from.txt) instead of a retrain, and the
+        ledger adds the main grid's other seeds (rtpo.report.ledger.with_main_seeds).
         """
         if not self.ablations.get("reuse_main_runs", True):
             return None
         main = set(self.all_main_cells()) if main is None else main
-        if not any((cell.task, cell.method, s) in main for s in self.seeds):
+        if not all((cell.task, cell.method, s) in main for s in cell.seeds):
             return None
         if self.run_settings(cell.method, cell.task, cell.sets) != self.run_settings(cell.method, cell.task):
             return None
@@ -643,7 +532,7 @@ class Dag:
                           + self.ablation_targets(with_final=True)))
 
 
-__all__ = ["Dag", "AblationCell", "SweepCell", "sweep_cells", "sweep_data_sets", "sweep_data_dir", "sweep_budget",
+__all__ = ["Dag", "AblationCell", "TASK_KINDS", "SweepCell", "sweep_cells", "sweep_data_sets", "sweep_data_dir", "sweep_budget",
            "sweep_model_sets", "SWEEP_BASE", "SeedJob", "SearchData", "ablation_cells", "seed_groups", "group_label", "cross_reference_errors", "effective_config",
            "fingerprint", "stamp", "variant_name", "keys_regex", "set_args", "run_dir", "eval_file", "data_file",
            "TRAIN_SHELL", "STUDIES", "RTPO_STUDIES", "ConfigError"]

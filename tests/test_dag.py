@@ -55,7 +55,7 @@ def test_ablation_cells_of_the_cpu_default(cpu):
     assert dag.variant_name("kl:0.01") == "kl-0.01"
 
 
-def test_arms_that_equal_the_main_grid_reuse_every_main_seed(cpu):
+def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
     d = dag.Dag(cpu)
     G = cpu["method"]["rtpo"]["group_size"]   # the main runs' G is one of the study's values
     assert G != 2 and cpu["method"]["rtpo"]["sync"] == "per_stage"
@@ -65,9 +65,11 @@ def test_arms_that_equal_the_main_grid_reuse_every_main_seed(cpu):
     assert d.reused["credit_assignment/psi-full/math/grpo"] is None  # grpo's psi is the env's (qwen3)
     trained, reused = {c.key for c in d.trained_cells()}, {c.key for c in d.reused_cells()}
     assert trained | reused == set(d.cell_by_key) and not trained & reused
-    # a copied arm is the main grid's configuration over every main seed; a trained one has the ablation seeds
-    assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["seeds"])
+    # every arm runs the ablation seeds, a copied one as copies of the main runs of those seeds (the ledger
+    # adds the main grid's other seeds: rtpo.report.ledger.with_main_seeds)
+    assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert d.cell_by_key["group_size/G2/airline/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
+    assert set(cpu["ablations"]["seeds"]) < set(cpu["seeds"])   # the CPU default has main seeds beyond them
     assert d.reused_runs()["sync/per_stage/search/rtpo/seed2"] == ("search", "rtpo", 2)
     assert d.cell("sync/per_stage/search/rtpo/eval_seed1").key == "sync/per_stage/search/rtpo"
     cfg = copy.deepcopy(cpu)

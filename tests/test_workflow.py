@@ -98,11 +98,12 @@ def test_dry_run_of_every_config(wf, name):
     for m in cfg["methods"]:
         assert count_by_family(counts, f"train_{m}") == grid, (m, counts)
     assert count_by_family(counts, "evaluate_run") == grid * len(cfg["methods"])
-    # copied arms: one job per main seed; trained arms: their seed groups over the ablation seeds
+    # copied arms: one job per ablation seed; trained arms: their seed groups over the ablation seeds
     copied, trained = counts.get("ablation_reuse_run", 0), count_by_family(counts, "ablation_train")
     assert copied == counts.get("ablation_reuse_eval", 0) and trained == count_by_family(counts, "ablation_evaluate")
-    assert copied % len(cfg["seeds"]) == 0 and trained % seed_jobs(cfg, cfg["ablations"]["seeds"]) == 0
-    assert copied // len(cfg["seeds"]) + trained // seed_jobs(cfg, cfg["ablations"]["seeds"]) == ablation_arm_count(cfg)
+    n_abl = len(cfg["ablations"]["seeds"])
+    assert copied % n_abl == 0 and trained % seed_jobs(cfg, cfg["ablations"]["seeds"]) == 0
+    assert copied // n_abl + trained // seed_jobs(cfg, cfg["ablations"]["seeds"]) == ablation_arm_count(cfg)
     assert counts["prepare_data"] == 3 and counts["base_model"] == 1 and counts["theory"] == 1
     assert counts.get("tokenizer", 0) == (1 if cfg["model"]["source"] == "tiny" else 0)
     for rule in REPORT_RULES | {"all"}:
@@ -129,8 +130,8 @@ def test_dry_run_of_every_config(wf, name):
 
 def test_cpu_default_reuses_identical_ablation_variants(wf):
     """The main run's G, sync per_stage and on-policy continuation equal the main RTPO runs of
-    config.yaml: copied, for every main seed, not retrained; everything else trains on the ablation
-    seeds, in seed-group jobs."""
+    config.yaml: copied for the ablation seeds, not retrained (the main seeds beyond them are not copied:
+    the ledger reads them from the main runs); everything else trains on the ablation seeds, in seed-group jobs."""
     r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
@@ -138,10 +139,14 @@ def test_cpu_default_reuses_identical_ablation_variants(wf):
     seeds, main_seeds = cfg["ablations"]["seeds"], cfg["seeds"]
     G = cfg["method"]["rtpo"]["group_size"]
     assert G in cfg["ablations"]["group_size"]["values"] and 2 != G
+    assert set(seeds) < set(main_seeds)
     for s in main_seeds:
         for key in (f"group_size/G{G}/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
                     f"continuation/on_policy/search/rtpo/seed{s}"):
-            assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
+            if s in seeds:
+                assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
+            else:
+                assert f"results/ablations/{key}/summary.json" not in rules, key
     trained = {f"group_size/G2/airline/rtpo", "sync/kl-0.01/search/rtpo", "continuation/off_policy/search/rtpo",
                "credit_assignment/psi-full/math/grpo"}
     for key in trained:

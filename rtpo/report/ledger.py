@@ -38,7 +38,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.report.load import MAIN, Results, Study, benchmark_label
+from rtpo.grid import MAIN, Study
+from rtpo.report.load import Results, benchmark_label
 from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
     EFFECT_EXCLUDED, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL,
@@ -431,7 +432,7 @@ def _group_pair(res: Results, st: Study) -> tuple[str, str] | None:
     vs = sorted(st.variants, key=lambda v: float(v.value))
     if len(vs) < 2:
         return None
-    default = ((res.cfg.get("method") or {}).get(st.methods[0]) or {}).get("group_size")
+    default = res.main_setting(st.methods[0], st.task, "group_size")
     names = [v.name for v in vs]
     if default is not None and f"G{default}" in names and names.index(f"G{default}") + 1 < len(names):
         i = names.index(f"G{default}")

@@ -1,19 +1,9 @@
 """Find and read the files the DAG wrote, as two tidy tables (docs/ARCHITECTURE.md has the schemas).
 
-What to read is derived from the config, never from a hard-coded list: `tasks` x `methods` x
-`seeds` for the main runs, and every study under `ablations` (its variants, methods and
-`ablations.seeds`) for the ablation runs. Layout (agreed with the workflow):
-
-    results/runs/{task}/{method}/seed{seed}/metrics.jsonl            one JSON record per training step
-    results/eval/{task}/{method}/seed{seed}.json                     eval JSON
-    results/ablations/{study}/{variant}/{task}/{method}/seed{seed}/metrics.jsonl
-    results/ablations/{study}/{variant}/{task}/{method}/eval_seed{seed}.json
-    results/theory/theory_checks.csv                                 `rtpo theory`
-
-Variant directory names (`variant_dirname`, the same as workflow/rules/common.smk): group_size
-value 3 -> "G3"; sync "interval:2" -> "interval-2", "kl:0.01" -> "kl-0.01"; continuation
-"on_policy" -> "on_policy"; credit_assignment (no values, a `psi`) -> "psi-full" ("truncate:4" ->
-"psi-truncate-4").
+What to read is derived from the config through rtpo.grid, the module the DAG writes its paths with:
+`tasks` x `methods` x `seeds` for the main runs, and every ablation arm over `ablations.seeds`
+(rtpo.grid.expected_runs). The layout and the variant names are rtpo.grid's docstring; the theory checks
+are results/theory/theory_checks.csv (`rtpo theory`).
 
 `load_results(results_dir, cfg)` returns a `Results` with
   steps  one row per (scope, variant, task, method, seed, step): the JSONL scalars, flattened
@@ -40,12 +30,7 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-MAIN = "main"
-
-# study -> method trained when the study names none
-DEFAULT_STUDY_METHOD = "rtpo"
-# ablation keys that are settings, not studies
-NON_STUDY_KEYS = ("seeds", "theory")
+from rtpo.grid import MAIN, RunKey, Study, config_cells, expected_runs, studies_of
 
 STEP_REQUIRED = ("step",)
 # JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
@@ -59,91 +44,9 @@ EVAL_REQUIRED = ("task", "method", "seed", "k", "benchmarks", "overall")
 THEORY_COLUMNS = ("check", "paper_claim", "quantity", "closed_form", "monte_carlo", "tolerance", "holds", "note")
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One variant of a study: its directory name and the config value it stands for."""
-
-    name: str
-    value: Any
-
-
-@dataclass(frozen=True)
-class Study:
-    """An ablation study of `cfg["ablations"]`: which task, methods, variants and seeds it runs."""
-
-    name: str
-    task: str
-    methods: tuple[str, ...]
-    variants: tuple[Variant, ...]
-    seeds: tuple[int, ...]
-
-    def variant_names(self) -> list[str]:
-        return [v.name for v in self.variants]
-
-
-def variant_dirname(study: str, value: Any) -> str:
-    """Directory name of one study variant: G3, interval-2, kl-0.01, on_policy, psi-full."""
-    if study == "group_size":
-        return f"G{int(value)}"
-    if study == "credit_assignment":
-        return "psi-" + str(value).replace(":", "-")
-    return str(value).replace(":", "-")
-
-
 def ablation_studies(cfg: dict[str, Any]) -> dict[str, Study]:
-    """The studies named by the config's `ablations` section, in config order."""
-    abl = cfg.get("ablations") or {}
-    seeds = tuple(int(s) for s in abl.get("seeds", cfg.get("seeds", [0])))
-    out: dict[str, Study] = {}
-    for name, spec in abl.items():
-        if name in NON_STUDY_KEYS or not isinstance(spec, dict) or "task" not in spec:
-            continue
-        methods = tuple(spec.get("methods") or [DEFAULT_STUDY_METHOD])
-        if "values" in spec:
-            values = list(spec["values"])
-        elif "psi" in spec:
-            values = [spec["psi"]]
-        else:
-            raise ValueError(f"config ablations.{name}: needs 'values' or 'psi' to name its variants")
-        variants = tuple(Variant(variant_dirname(name, v), v) for v in values)
-        out[name] = Study(name, str(spec["task"]), methods, variants, seeds)
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# paths
-# ------------------------------------------------------------------------------------------------
-
-def run_dir(results: Path, task: str, method: str, seed: int, scope: str = MAIN, variant: str = "") -> Path:
-    if scope == MAIN:
-        return Path(results) / "runs" / task / method / f"seed{seed}"
-    return Path(results) / "ablations" / scope / variant / task / method / f"seed{seed}"
-
-
-def eval_path(results: Path, task: str, method: str, seed: int, scope: str = MAIN, variant: str = "") -> Path:
-    if scope == MAIN:
-        return Path(results) / "eval" / task / method / f"seed{seed}.json"
-    return Path(results) / "ablations" / scope / variant / task / method / f"eval_seed{seed}.json"
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """One (scope, variant, task, method, seed) cell of the experiment grid."""
-
-    scope: str
-    variant: str
-    task: str
-    method: str
-    seed: int
-
-
-def expected_runs(cfg: dict[str, Any]) -> list[RunKey]:
-    """Every run the config asks for: main grid first, then each study's grid."""
-    keys = [RunKey(MAIN, "", t, m, int(s)) for t in cfg.get("tasks", []) for m in cfg.get("methods", [])
-            for s in cfg.get("seeds", [0])]
-    for st in ablation_studies(cfg).values():
-        keys += [RunKey(st.name, v.name, st.task, m, s) for v in st.variants for m in st.methods for s in st.seeds]
-    return keys
+    """The studies of the config's `ablations` section (their task, methods and variants), in study order."""
+    return studies_of(config_cells(cfg))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -406,6 +309,12 @@ class Results:
         self._eval_run_idx = _index(self.evals, ["scope", "variant", "task", "method"])
         self._problem_idx = _index(self.problems, ["scope", "variant", "task", "method"])
 
+    def main_setting(self, method: str, task: str, key: str) -> Any:
+        """The main grid's effective method.<method>.<key> on `task`: its per_task override where the config
+        has one (rtpo.config.method_settings' overlay), else the method's value (None when unset)."""
+        m = (self.cfg.get("method") or {}).get(method) or {}
+        return ((m.get("per_task") or {}).get(task) or {}).get(key, m.get(key))
+
     def online_column(self, task: str, scope: str = MAIN, variant: str = "") -> str:
         """The step column that measures online success on `task`: `heldout_success` (a fixed held-out
         batch, train.heldout_prompts > 0) where the runs recorded it, else `success_rate` (each step's
@@ -599,14 +508,14 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     missing: list[str] = []
     for key in expected_runs(cfg):
         tag = {"scope": key.scope, "variant": key.variant, "task": key.task, "method": key.method, "seed": key.seed}
-        mpath = run_dir(root, key.task, key.method, key.seed, key.scope, key.variant) / "metrics.jsonl"
+        mpath = Path(key.run_dir(str(root))) / "metrics.jsonl"
         if mpath.exists():
             recs = read_metrics_jsonl(mpath, key)
             step_rows += [{**r, **tag} for r in recs]
             inputs.append({"kind": "metrics", **tag, "path": str(mpath), "records": len(recs)})
         elif training_steps(cfg, key.method, key.task) > 0:  # steps: 0 (vanilla) writes no records
             missing.append(str(mpath))
-        epath = eval_path(root, key.task, key.method, key.seed, key.scope, key.variant)
+        epath = Path(key.eval_file(str(root)))
         if epath.exists():
             recs = read_eval_json(epath, key)
             eval_rows += [{**r, **tag} for r in recs]

@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.dag import SweepCell, sweep_cells
+from rtpo.dag import sweep_cells
+from rtpo.grid import SweepCell
 from rtpo.report.paper_reference import PaperFigure
 from rtpo.report.stats import KIND_EMPIRICAL, summarize
 
@@ -79,20 +80,16 @@ def _step_means(path: Path) -> dict[str, float]:
 
 def load_sweep(results: str | Path, cfg: dict[str, Any]) -> pd.DataFrame:
     """One row per (K, psi, method, seed) of config `sweep`: pass@1 and hit (eval JSON `overall`) and the
-    step-record means of STEP_METRICS. Paths from rtpo.dag's SweepCell (the DAG's own layout)."""
-    root = Path(results)
-
-    def at(path: str) -> Path:  # the DAG's paths start with results/
-        return root / path.removeprefix("results/")
-
+    step-record means of STEP_METRICS. Paths from rtpo.grid's SweepCell (the layout the DAG writes)."""
+    root = str(results)
     rows = []
     for c in sweep_cells(cfg):
         for s in c.seeds:
-            ev = _read_json(at(c.eval_file(s)))
+            ev = _read_json(Path(c.eval_file(s, root)))
             ov = ev.get("overall") or {}
             rows.append({"hops": c.hops, "psi": c.psi, "method": c.method, "seed": s,
                          "pass1": ov.get("pass@1", math.nan), "hit": ov.get("hit", math.nan),
-                         **_step_means(at(c.run_dir(s)) / "metrics.jsonl")})
+                         **_step_means(Path(c.run_dir(s, root)) / "metrics.jsonl")})
     return pd.DataFrame(rows)
 
 

@@ -547,8 +547,9 @@ def table09_airline_tools(res: Results) -> list[Table]:
 # ------------------------------------------------------------------------------------------------
 
 def _group_ref(res: Results, st) -> str:
-    """The reference variant: the config's default G for the study's method if it is a variant, else the first."""
-    default = ((res.cfg.get("method") or {}).get(st.methods[0]) or {}).get("group_size")
+    """The reference variant: the main grid's G for the study's method on its task (per-task overrides
+    included) if it is a variant, else the first."""
+    default = res.main_setting(st.methods[0], st.task, "group_size")
     names = st.variant_names()
     return f"G{default}" if default is not None and f"G{default}" in names else names[0]
 

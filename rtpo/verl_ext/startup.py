@@ -700,7 +700,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
                         f"(train.checkpoint_every {f.checkpoint_every}), past the time limit: a resubmitted job "
                         "would restart from the same checkpoint every time")
             warnings.append(Finding(rule, f"{key}.runtime", "runtime estimate", msg))
-    from rtpo.dag import STUDIES
+    from rtpo.grid import STUDIES
 
     eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
     for rule in eval_rules:

@@ -7,9 +7,9 @@ Studies (rtpo.dag.ablation_cells):
   credit_assignment  the listed methods (RTPO-CA and baselines) under psi=full paper §4.3, Table 2
   airline            every method on airline (main-grid runs)                  paper G.1, Tables 7-9
 Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
-.../<method>/eval_seed<seed>.json. An arm identical to the main grid's configuration copies the main
-runs of every main seed (ablation_reuse_*); the others train and evaluate on `ablations.seeds` with
-`--set` overrides, `seeds_per_job` seeds per job (as the main runs: rtpo.dag.SeedJob). The {cell}
+.../<method>/eval_seed<seed>.json (rtpo.grid). Every arm runs `ablations.seeds`: one identical to the main
+grid's configuration copies the main runs of those seeds (ablation_reuse_*; the ledger adds the main
+grid's other seeds); the others train and evaluate with `--set` overrides, `seeds_per_job` seeds per job (as the main runs: rtpo.dag.SeedJob). The {cell}
 wildcard is a trained arm's key below results/ablations/; {run} / {evalrun} are a copied arm's key
 plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed by rtpo.dag (common.smk).
 """

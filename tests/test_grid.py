@@ -1,0 +1,94 @@
+"""One grid, one layout (issue 38.1): the runs and files the DAG writes are exactly those the report reads,
+for every shipped config; variant names and paths come from rtpo.grid alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtpo import grid
+from rtpo.config import load_config
+from rtpo.dag import Dag
+from rtpo.report.load import load_results
+from tests.conftest import ROOT
+
+CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_dag_writes_exactly_the_runs_the_report_reads(name):
+    cfg = load_config(ROOT / "config" / name)
+    d = Dag(cfg)
+    written = set(d.train_targets() + d.eval_targets() + d.ablation_targets()) - {"results/theory"}
+    runs = {f"{k.run_dir()}/summary.json" for k in grid.expected_runs(cfg)}
+    evals = {k.eval_file() for k in grid.expected_runs(cfg)}
+    assert written == runs | evals, (sorted(written - runs - evals)[:5], sorted((runs | evals) - written)[:5])
+    # the report's studies are the DAG's arms: same study, task, methods and variant names
+    from rtpo.report.load import ablation_studies
+
+    st = ablation_studies(cfg)
+    for c in d.cells:
+        assert c.variant in st[c.study].variant_names() and c.method in st[c.study].methods
+        assert st[c.study].task == c.task
+    assert sum(len(s.variants) * len(s.methods) for s in st.values()) == len(d.cells)
+    # the sweep: the DAG's targets are the files the sweep report reads
+    if cfg.get("sweep"):
+        read = {c.eval_file(s) for c in d.sweep for s in c.seeds} | \
+               {f"{c.run_dir(s)}/summary.json" for c in d.sweep for s in c.seeds}
+        assert read == set(d.sweep_targets())
+
+
+def test_variant_names_and_paths():
+    assert [grid.study_variant("group_size", 3), grid.study_variant("sync", "interval:2"),
+            grid.study_variant("sync", "kl:0.01"), grid.study_variant("continuation", "on_policy"),
+            grid.study_variant("credit_assignment", "truncate:4")] == \
+        ["G3", "interval-2", "kl-0.01", "on_policy", "psi-truncate-4"]
+    assert grid.run_dir("math", "rtpo", 2) == "results/runs/math/rtpo/seed2"
+    assert grid.eval_file("math", "rtpo", 2, "sync", "kl-0.01", root="ref") == \
+        "ref/ablations/sync/kl-0.01/math/rtpo/eval_seed2.json"
+    cells = grid.ablation_cells({"seeds": [0, 1], "group_size": {"task": "airline", "values": [2, 4]},
+                                 "credit_assignment": {"task": "math", "psi": "full", "methods": ["grpo", "rtpo_ca"]}})
+    assert [(c.key, c.sets, c.value) for c in cells] == [
+        ("group_size/G2/airline/rtpo", ("method.rtpo.group_size=2",), 2),
+        ("group_size/G4/airline/rtpo", ("method.rtpo.group_size=4",), 4),
+        ("credit_assignment/psi-full/math/grpo", ("method.grpo.psi=full",), "full"),
+        ("credit_assignment/psi-full/math/rtpo_ca", ("method.rtpo_ca.psi=full",), "full")]
+    assert all(c.seeds == (0, 1) for c in cells)
+
+
+def test_report_reads_a_run_from_the_path_the_grid_names(tmp_path):
+    """A run written at the grid's path of an ablation arm is what the report loads for that arm; the
+    same file one directory off is not (it is reported missing)."""
+    from tests.report_fixture import fixture_config, make_results_tree
+
+    cfg = fixture_config(seeds=[0], **{"ablations.seeds": [0], "train.steps": 2})
+    make_results_tree(tmp_path, cfg, theory=False)
+    res = load_results(tmp_path / "results", cfg)
+    assert not res.missing or all("theory" in m for m in res.missing)
+    arm = next(c for c in grid.config_cells(cfg) if c.study == "sync" and c.value == "kl:0.01")
+    path = Path(arm.eval_file(0, root=str(tmp_path / "results")))
+    assert path.exists()
+    moved = path.parent.parent / "kl:0.01" / arm.method / path.name
+    moved.parent.mkdir(parents=True)
+    path.rename(moved)
+    assert str(path) in load_results(tmp_path / "results", cfg).missing
+
+
+def test_report_takes_the_main_grids_group_size_per_task(tmp_path):
+    """The group-size tables and claims compare against the main grid's G on the study's task, per-task
+    override included (before: the method's top-level value, blind to per_task)."""
+    from rtpo.report.load import Results, ablation_studies
+    from rtpo.report.tables import _group_ref
+
+    cfg = {"tasks": ["airline"], "methods": ["rtpo"], "seeds": [0],
+           "method": {"rtpo": {"group_size": 4, "per_task": {"airline": {"group_size": 3}}}},
+           "ablations": {"seeds": [0], "group_size": {"task": "airline", "values": [2, 3, 4]}}}
+    import pandas as pd
+
+    res = Results(Path("."), cfg, pd.DataFrame(), pd.DataFrame(), None, ablation_studies(cfg))
+    assert res.main_setting("rtpo", "airline", "group_size") == 3
+    assert _group_ref(res, res.studies["group_size"]) == "G3"
+    cfg["method"]["rtpo"]["per_task"] = {"math": {"group_size": 5}}
+    assert _group_ref(res, res.studies["group_size"]) == "G4"
+
