@@ -70,7 +70,7 @@ def cmd_train(args) -> int:
     if cfg.get("engine", "local") == "verl" or args.engine == "verl":
         from rtpo.verl_ext.launch import train_verl
 
-        from rtpo.train import job_complete, job_guard
+        from rtpo.checkpoints import job_complete, job_guard
 
         if len(args.seed) != 1 or "{seed}" in args.out:
             raise ValueError("the verl engine trains one seed per job: --seed S --out DIR")
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
     sp.add_argument("--stamp", default=None,
                     help="the DAG's job guard: resume only run directories this job (this stamp) left running "
-                         "(rtpo.train.job_guard)")
+                         "(rtpo.checkpoints.job_guard)")
 
     sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
     sp.add_argument("--model", required=True, help="with several seeds a pattern with {seed}")

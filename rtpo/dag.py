@@ -30,6 +30,7 @@ import yaml
 from rtpo.config import ConfigError, data_settings, method_settings, set_path
 from rtpo.grid import (RTPO_STUDIES, STUDIES, SWEEP_BASE, TASK_KINDS, AblationCell, SweepCell, ablation_cells,
                        data_file, eval_file, run_dir, sweep_data_dir, variant_name)
+from rtpo.methods.cards import card
 
 # The grid's names, its cells and the results layout live in rtpo.grid (shared with the report); they are
 # re-exported here for workflow/rules/common.smk.
@@ -157,7 +158,7 @@ class SeedJob:
 
 
 # The training job: `rtpo train` over the job's seeds. `--stamp` is the checkpoint guard
-# (rtpo.train.job_guard): a run directory resumes only from a checkpoint this very job left behind
+# (rtpo.checkpoints.job_guard): a run directory resumes only from a checkpoint this very job left behind
 # (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete, a failed seed); a rerun because settings
 # changed, an input was rebuilt, --forcerun or a deleted output starts from scratch. `exec`: the job's
 # process is `rtpo train` itself, which on SIGTERM / SIGINT finishes its step, saves a checkpoint and
@@ -190,7 +191,7 @@ def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
 def sweep_model_sets(cfg: Mapping[str, Any]) -> list[str]:
     """The `--set` override of every sweep job's model section: the sweep base model's position limit
     (sweep.max_position), so that the model settings it records match the runs' config
-    (rtpo.train.check_model_fits). Only the embedded model has one."""
+    (rtpo.assembly.check_model_fits). Only the embedded model has one."""
     if cfg["model"]["source"] != "tiny":
         return []
     return [f"model.tiny.max_position={int(cfg['sweep'].get('max_position', 2048))}"]
@@ -200,8 +201,8 @@ def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
     """Complete trajectories per prompt of RTPO at horizon K in E.3's count, T (1 + (G - 1) L), with
     L = K + 1 trunk turns (K searches and the answer): the chains of a flat method in the same cell,
     so budgets stay matched as K grows (one fixed chain count would favour RTPO more, the longer K)."""
-    s = method_settings(dict(cfg), "rtpo", "search")["method"]
-    return int(s.get("trunks", 1)) * (1 + (int(s.get("group_size", 4)) - 1) * (hops + 1))
+    s = card("rtpo").options(method_settings(dict(cfg), "rtpo", "search")["method"])
+    return int(s["trunks"]) * (1 + (int(s["group_size"]) - 1) * (hops + 1))
 
 
 def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:

@@ -32,7 +32,8 @@ from rtpo.engine.base import SamplingParams
 from rtpo.metrics import aggregate_pass_at_k, trajectory_stats
 from rtpo.instrument import dumps, is_success
 from rtpo.rollout import Roller, Start, Trajectory
-from rtpo.train import SeedsFailed, build_engine, env_factory, load_tasks
+from rtpo.assembly import SeedsFailed, build_engine, env_factory
+from rtpo.data import load_tasks
 
 CHUNK = 256  # trajectories rolled out together by the local engine (each turn one batched sample call; one progress tick each)
 

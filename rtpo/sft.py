@@ -230,7 +230,7 @@ MODEL_KEYS_NOT_SHAPE = ("threads", "device", "dtype")  # model.* keys that do no
 
 def model_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     """The config's model.* keys that make the base model (architecture, vocabulary, source): recorded in
-    its sft_summary.json, so that training under another config is refused (rtpo.train.check_model_fits)."""
+    its sft_summary.json, so that training under another config is refused (rtpo.assembly.check_model_fits)."""
     return {k: v for k, v in cfg.get("model", {}).items() if k not in MODEL_KEYS_NOT_SHAPE}
 
 

@@ -40,7 +40,8 @@ from rtpo.config import load_config, method_settings
 from rtpo.engine.base import SamplingParams
 from rtpo.methods.registry import get_method
 from rtpo.rollout import Roller
-from rtpo.train import build_engine, env_factory, load_tasks, seed_everything, update_config
+from rtpo.assembly import build_engine, env_factory, seed_everything, update_config
+from rtpo.data import load_tasks
 calls = []
 for method in a["methods"]:
     for task in a["tasks"]:

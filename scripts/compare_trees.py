@@ -47,7 +47,8 @@ for n, lo, hi, rep in [(1, 5, 50, 1), (3, 20, 200, 1), (4, 100, 300, 4), (17, 5,
 from rtpo.config import load_config, method_settings
 from rtpo.methods.registry import get_method
 from rtpo.rollout import Roller
-from rtpo.train import build_engine, env_factory, load_tasks, seed_everything, update_config
+from rtpo.assembly import build_engine, env_factory, seed_everything, update_config
+from rtpo.data import load_tasks
 def strip(x):
     if isinstance(x, dict):
         return {k: strip(v) for k, v in x.items() if k != "time"}

@@ -56,3 +56,26 @@ def test_cards_import_no_torch():
     code = "import sys, rtpo.methods.cards as c; c.parse_sync('kl:0.1'); assert 'torch' not in sys.modules, 'torch'"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_code_defaults_are_the_cpu_defaults():
+    """RTPO's options where a config leaves them out are config/config.yaml's (before: trunks 2, G 3 in the
+    method and the budget estimate, trunks 1, G 4 in the sweep's budget: three answers, none the config's)."""
+    import yaml
+
+    from rtpo.methods.rtpo import RTPO
+    from tests.conftest import ROOT
+
+    cpu = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["method"]
+    for name in ("rtpo", "rtpo_ca"):
+        d = dict(card(name).defaults)
+        assert d and {k: cpu[name].get(k, cpu["rtpo"].get(k)) for k in d} == d, name
+    # the method itself: an RTPO built from an empty section runs with these options
+    from tests.test_rtpo import make
+
+    e, roller, configured = make()
+    m = RTPO(e, roller, {}, configured.update_cfg)
+    assert (m.trunks, m.G, m.sync_mode, m.off_policy) == (cpu["rtpo"]["trunks"], cpu["rtpo"]["group_size"],
+                                                         "per_stage", False)
+    o = card("rtpo").options({"group_size": 6})
+    assert (o["trunks"], o["group_size"], o["sync"]) == (cpu["rtpo"]["trunks"], 6, "per_stage")

@@ -269,7 +269,8 @@ def _logit_gap(model: Path, cfg_path: Path, ev: Path, traj: dict, k: int, j: int
     from rtpo.engine.base import SamplingParams
     from rtpo.engine.local import LocalEngine
     from rtpo.rollout import Roller, Start
-    from rtpo.train import env_factory, load_tasks
+    from rtpo.assembly import env_factory
+    from rtpo.data import load_tasks
 
     s = method_settings(load_config(cfg_path, validate=False), "vanilla", "math")
     eng = LocalEngine.from_pretrained(model, seed=0, reference=False)

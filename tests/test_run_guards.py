@@ -185,7 +185,8 @@ def test_jsonl_is_strict_json(tmp_path):
 def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     """Before issue 39, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
     rtpo, steps 1-2 grpo, and the summary said grpo."""
-    from rtpo.train import CheckpointError, train
+    from rtpo.checkpoints import CheckpointError
+    from rtpo.train import train
 
     d, cfg = setup
     out = d / f"resume-{change[0]}"
@@ -234,14 +235,14 @@ def test_base_model_made_under_other_model_settings_is_refused(setup):
     assert not out.exists()
     # the settings it was made under pass
     (md / "sft_summary.json").write_text(json.dumps({"model_settings": model_settings(cfg)}))
-    from rtpo.train import check_model_fits
+    from rtpo.assembly import check_model_fits
     check_model_fits(md, cfg)
 
 
 def test_swapped_or_truncated_tokenizer_is_refused_naming_it(setup):
     from transformers import AutoTokenizer
 
-    from rtpo.train import check_model_fits
+    from rtpo.assembly import check_model_fits
 
     d, cfg = setup
     md = _model_copy(d, "model-swapped")

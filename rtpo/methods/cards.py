@@ -14,6 +14,9 @@ method is one class file plus one card here.
   sync       takes RTPO's weight-sync modes (paper G.6): per_stage | interval:N | kl:tau, the grammar
              of the config schema's $defs.sync (parse_sync reads it from there: one grammar).
   trains     False for vanilla: the base model evaluated as is (no verl run: launch.write_untrained).
+  defaults   the method's options where a config leaves them out: the CPU default's values
+             (config/config.yaml), so code and the default config agree. Every shipped config sets
+             them; these matter for configs written by hand and for tests.
 """
 
 from __future__ import annotations
@@ -33,17 +36,26 @@ class MethodCard:
     sync: bool = False
     trains: bool = True
     note: str = ""
+    defaults: tuple[tuple[str, object], ...] = ()   # (option, value) pairs; `options` as a dict
+
+    def options(self, cfg: dict | None = None) -> dict:
+        """The method's options: these defaults overlaid by `cfg` (a method.<name> section)."""
+        return {**dict(self.defaults), **(cfg or {})}
 
     def load(self) -> type:
         module, _, cls = self.cls.partition(":")
         return getattr(importlib.import_module(module), cls)
 
 
+# RTPO's options in config/config.yaml (method.rtpo): one trunk, G = 4 (math: 5, a per-task override)
+RTPO_DEFAULTS = (("trunks", 1), ("group_size", 4), ("sync", "per_stage"), ("continuation", "on_policy"),
+                 ("is_clamp", 2.0), ("adv_norm_std", False), ("leave_one_out", False))
+
 CARDS: dict[str, MethodCard] = {c.name: c for c in (
     MethodCard("vanilla", "rtpo.methods.base:Vanilla", "flat", None, trains=False,
                note="the base model, not trained"),
-    MethodCard("rtpo", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True),
-    MethodCard("rtpo_ca", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True,
+    MethodCard("rtpo", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True, defaults=RTPO_DEFAULTS),
+    MethodCard("rtpo_ca", "rtpo.methods.rtpo:RTPO", "turn", "rtpo_engine_sync", sync=True, defaults=RTPO_DEFAULTS,
                note="RTPO under a context-aligned rollout: the config sets its psi to full"),
     MethodCard("grpo", "rtpo.methods.grpo:GRPO", "flat", "rtpo_chain_sync",
                note="on verl: verl's own trainer and GRPO estimator"),
@@ -91,7 +103,7 @@ def needs_keep_weights(method: str, m: dict) -> bool:
     (validated here), which needs rollout servers that keep their weights across sleep."""
     if not card(method).sync:
         return False
-    return parse_sync(str(m.get("sync", "per_stage")))[0] != "per_stage"
+    return parse_sync(str(card(method).options(m)["sync"]))[0] != "per_stage"
 
 
-__all__ = ["MethodCard", "CARDS", "card", "TURN_ROW_METHODS", "sync_pattern", "parse_sync", "needs_keep_weights"]
+__all__ = ["MethodCard", "CARDS", "RTPO_DEFAULTS", "card", "TURN_ROW_METHODS", "sync_pattern", "parse_sync", "needs_keep_weights"]

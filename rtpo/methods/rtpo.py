@@ -42,7 +42,7 @@ from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.base import Method
-from rtpo.methods.cards import parse_sync
+from rtpo.methods.cards import card, parse_sync
 from rtpo.rollout import Start, Trajectory
 
 # a member of a sibling group at S_k: (trunk index, its trajectory or None, is_sibling)
@@ -66,16 +66,16 @@ class RTPO(Method):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        c = self.cfg
-        self.trunks = int(c.get("trunks", 2))
-        self.G = int(c.get("group_size", 3))
+        c = card("rtpo").options(self.cfg)   # the card's defaults (the CPU default's) where cfg has none
+        self.trunks = int(c["trunks"])
+        self.G = int(c["group_size"])
         if self.G < 2:
             raise ValueError(f"rtpo.group_size must be >= 2 (the trunk action plus at least one sibling), got {self.G}")
-        self.sync_mode = str(c.get("sync", "per_stage"))
-        self.off_policy = c.get("continuation", "on_policy") == "off_policy"
-        self.is_clamp = float(c.get("is_clamp", 2.0))
-        self.norm_std = bool(c.get("adv_norm_std", False))
-        self.loo = bool(c.get("leave_one_out", False))
+        self.sync_mode = str(c["sync"])
+        self.off_policy = c["continuation"] == "off_policy"
+        self.is_clamp = float(c["is_clamp"])
+        self.norm_std = bool(c["adv_norm_std"])
+        self.loo = bool(c["leave_one_out"])
         self.stage_counter = 0
         parse_sync(self.sync_mode)  # fail early on a bad mode
 

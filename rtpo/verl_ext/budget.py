@@ -278,11 +278,12 @@ def rollout_tokens(method: str, m: Mapping[str, Any], env: Mapping[str, Any], R:
     branches are counted as whole episodes (they share a prefix, so this over-counts).
     RTPO per trunk: the trunk's K turns, then at each boundary S_k (k = K-1 .. 0) G-1 siblings of
     K - k turns each and the trunk's regenerated continuation of K - k - 1 turns."""
-    from rtpo.methods.cards import TURN_ROW_METHODS
+    from rtpo.methods.cards import TURN_ROW_METHODS, card
 
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
     if method in TURN_ROW_METHODS:
-        trunks, G = int(m.get("trunks", 2)), int(m.get("group_size", 3))
+        o = card(method).options(m)
+        trunks, G = int(o["trunks"]), int(o["group_size"])
         turns = K + (G - 1) * K * (K + 1) // 2 + K * (K - 1) // 2
         return trunks * turns * T, f"{trunks} trunks x {turns} turns of {T}"
     episode = min(K * T, R)
