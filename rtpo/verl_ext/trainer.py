@@ -42,6 +42,7 @@ from verl.workers.utils.padding import response_to_nested
 from rtpo.engine.base import SamplingParams, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
 from rtpo.loss import kl_rollout_train
+from rtpo.methods.cards import needs_keep_weights
 from rtpo.rollout import Roller
 from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import make_env_factory, rtpo_settings, task_from_row
@@ -235,8 +236,7 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
                              "and summary.json without running verl")
         rollout = str(config.actor_rollout_ref.rollout.name)
         self.keeps_weights = rollout_keeps_weights(rollout)
-        if self.method_name in ("rtpo", "rtpo_ca") and str(self.method_cfg.get("sync", "per_stage")) != "per_stage" \
-                and not self.keeps_weights:
+        if needs_keep_weights(self.method_name, self.method_cfg) and not self.keeps_weights:   # the method's card
             raise NotImplementedError(f"{self.method_name} on verl: sync={self.method_cfg.get('sync')!r} samples from "
                                       f"stale inference weights, which the servers of rollout {rollout!r} discard at "
                                       "sleep; use a rollout that keeps them "
