@@ -138,6 +138,15 @@ def test_sweep_report_finds_a_planted_mechanism(tmp_path):
     assert abs(row.rtpo_minus_method_pp - 16.0) < 0.5 and row.n == 4
     png = tmp_path / "figures" / "sweep_horizon.png"
     assert png in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # docs/claims.md's sweep section: every sweep claim with its command (the sweep target) and evidence
+    from rtpo.report.claims_map import write_claims_map
+
+    md = write_claims_map(ROOT / "reference" / "cpu-default", tmp_path / "claims.md", sweep=tmp_path / "tables").read_text()
+    section = md.split("## The mechanism sweep", 1)[1]
+    rows = [x for x in section.splitlines() if x.startswith("| sweep-")]
+    assert [r.split(" | ")[0][2:] for r in rows] == list(claims)
+    assert all("snakemake sweep |" in r and "`results/tables/sweep_horizon.csv`" in r for r in rows)
+    assert "| sweep-gap-horizon-grpo |" in section and "reproduced" in rows[0]
 
 
 def test_sweep_report_excludes_an_absent_mechanism_and_names_a_missing_file(tmp_path):

@@ -2,7 +2,10 @@
 that produce its evidence, the table or figure file and the quantity (column) it is read from, and
 what an embedded run showed (ours, the verdict).
 
-    rtpo report claims-map --tables reference/cpu-default --out docs/claims.md
+    rtpo report claims-map --tables reference/cpu-default --sweep reference/sweep --out docs/claims.md
+
+`--sweep DIR` adds the mechanism sweep's claim rows (DIR/sweep_claims.csv, `rtpo report sweep`) as a
+section of their own: they come from another target (`snakemake sweep`) and another run.
 
 The ledger (rtpo/report/ledger.py) names each claim's evidence by table or figure name
 (`evidence` column); `EVIDENCE` says which part of the DAG makes those runs. A ledger evidence name
@@ -35,7 +38,10 @@ EVIDENCE: dict[str, tuple[str, str]] = {
     "table11_group_size_cost": ("ablation group_size: G in {2, 3, 4} on airline", "ablations"),
     "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search", "ablations"),
     "results/theory/theory_checks.csv": ("the tabular-MDP theorem checks (rtpo theory)", "theory"),
+    "results/tables/sweep_horizon.csv": ("the mechanism sweep: search questions of K hops x psi x method "
+                                         "(config `sweep`)", "sweep"),
 }
+REPORT_TARGETS = "tables figures ledger"   # what rebuilds the main report from its runs (the sweep's is in `sweep`)
 
 
 def evidence_file(name: str) -> str:
@@ -67,7 +73,7 @@ def claims_map(claims: pd.DataFrame) -> pd.DataFrame:
         runs = "; ".join(dict.fromkeys(EVIDENCE[n][0] for n in names))
         targets = " ".join(dict.fromkeys(t for n in names for t in EVIDENCE[n][1].split()))
         rows.append({"id": r["claim_id"], **({"kind": r["kind"]} if "kind" in claims.columns else {}), "claim": r["claim"], "paper (Qwen3-8B)": r["paper (Qwen3-8B)"],
-                     "runs": runs, "command": f"snakemake {targets} tables figures ledger",
+                     "runs": runs, "command": f"snakemake {targets}" + ("" if targets == "sweep" else f" {REPORT_TARGETS}"),
                      "evidence": ", ".join(f"`{evidence_file(n)}`" for n in names),
                      "quantity (column)": f"{r['quantity']}" + (f" [{r['unit']}]" if str(r["unit"]) not in ("", "nan") else ""),
                      "ours": _ours(r), "n seeds": int(r["n"]) if not math.isnan(float(r["n"])) else 0,
@@ -75,8 +81,18 @@ def claims_map(claims: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_claims_map(tables: str | Path, out: str | Path, source: str | None = None) -> Path:
-    """docs/claims.md from a tables directory holding claims.csv (a run's results/tables or a reference)."""
+def _table(df: pd.DataFrame) -> list[str]:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for rec in df.itertuples(index=False):
+        lines.append("| " + " | ".join(str(v).replace("|", "\\|").replace("\n", " ") for v in rec) + " |")
+    return lines
+
+
+def write_claims_map(tables: str | Path, out: str | Path, source: str | None = None,
+                     sweep: str | Path | None = None) -> Path:
+    """docs/claims.md from a tables directory holding claims.csv (a run's results/tables or a reference),
+    and with `sweep` a directory holding the mechanism sweep's sweep_claims.csv."""
     tables = Path(tables)
     path = tables / "claims.csv"
     if not path.is_file():
@@ -103,9 +119,16 @@ def write_claims_map(tables: str | Path, out: str | Path, source: str | None = N
         "are in `results/tables/timing_claims.md` (machine-dependent, not listed here).",
         "",
     ]
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for rec in df.itertuples(index=False):
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|").replace("\n", " ") for v in rec) + " |")
+    lines = _table(df)
+    if sweep is not None:
+        spath = Path(sweep) / "sweep_claims.csv"
+        if not spath.is_file():
+            raise FileNotFoundError(f"{spath}: no sweep claims (run `snakemake sweep`, or point --sweep at a reference)")
+        sw = pd.read_csv(spath, keep_default_na=False, na_values=[""])
+        lines += ["", "## The mechanism sweep", "",
+                  f"From `{spath}` (`snakemake sweep`: K hops x psi x method, docs/reproducibility.md \"The mechanism "
+                  f"sweep\"). {len(sw)} claims: {counts_text(sw)}. The paper states these claims without a figure "
+                  "for the slopes; each row's rule tests against a stated minimal effect.", ""]
+        lines += _table(claims_map(sw))
     atomic_write_text(out, "\n".join(head + lines) + "\n")
     return Path(out)

@@ -15,7 +15,7 @@ Checks of a finished run (`tools_main`; rtpo.cli hands `rtpo report compare|refe
     rtpo report compare --reference reference/cpu-default results/tables   # rtpo.report.compare
     rtpo report reference --tables results/tables --out reference/cpu-default
     rtpo report summary --start EPOCH --rc STATUS -- <snakemake args>     # rtpo.report.summary
-    rtpo report claims-map --tables reference/cpu-default --out docs/claims.md  # rtpo.report.claims_map
+    rtpo report claims-map --tables reference/cpu-default --sweep reference/sweep --out docs/claims.md
 
 compare   per table identical / within the stated uncertainty / BEYOND / STRUCTURE / MISSING and a
           verdict; exit 0 (identical, within), 1 (otherwise), 2 (bad input)
@@ -115,6 +115,7 @@ def tools_parser():
     r.add_argument("--commit", default=None, help="the commit that ran the DAG (default: HEAD of this checkout)")
     m = sub.add_parser("claims-map", help="docs/claims.md: each claim's runs, command, evidence file and our result")
     m.add_argument("--tables", default="reference/cpu-default", help="a directory with claims.csv")
+    m.add_argument("--sweep", default=None, help="a directory with sweep_claims.csv (e.g. reference/sweep): adds its section")
     m.add_argument("--out", default="docs/claims.md")
     s = sub.add_parser("summary", help="the summary scripts/pipeline.sh prints after Snakemake")
     s.add_argument("--start", type=float, required=True, help="epoch seconds when Snakemake started")
@@ -141,7 +142,7 @@ def tools_main(argv: list[str]) -> int:
         if args.tool == "claims-map":
             from rtpo.report.claims_map import write_claims_map
 
-            print(f"rtpo report claims-map: {write_claims_map(args.tables, args.out)}")
+            print(f"rtpo report claims-map: {write_claims_map(args.tables, args.out, sweep=args.sweep)}")
             return 0
         if args.tool == "reference":
             from rtpo.report.compare import make_reference
