@@ -135,8 +135,15 @@ def test_repository_reference_is_one_consistent_run(tmp_path, capsys, monkeypatc
     assert code == 0 and f"verdict: identical ({len(csvs)} tables)" in out
     made = tmp_path / "claims.md"
     monkeypatch.chdir(ROOT)  # the map names the ledger by the path it was given
-    assert rtpo_main(["report", "claims-map", "--tables", "reference/cpu-default", "--out", str(made)]) == 0
+    assert rtpo_main(["report", "claims-map", "--tables", "reference/cpu-default", "--sweep", "reference/sweep",
+                      "--out", str(made)]) == 0
     assert made.read_text() == (ROOT / "docs" / "claims.md").read_text()
+    # the mechanism sweep's reference: its two tables, comparable, and the run's commit named
+    sweep = ROOT / "reference" / "sweep"
+    assert sorted(p.name for p in sweep.glob("*.csv")) == ["sweep_claims.csv", "sweep_horizon.csv"]
+    assert "bash scripts/pipeline.sh sweep" in (sweep / "README.md").read_text()
+    code, out = _compare(sweep, sweep, capsys)
+    assert code == 0 and "verdict: identical (2 tables)" in out
 
 
 # ------------------------------------------------------------------------------------------------

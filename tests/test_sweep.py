@@ -197,3 +197,19 @@ def test_sweep_base_model_raises_positions_and_trains_on_every_psi(tmp_path):
     # turn_fraction 1: every demo is added once whole and once per assistant turn under truncate:1
     assert summary["sft_examples"] > 2 * summary["demos"]
     assert all(x == x for x in summary["sft_loss"])   # finite, not NaN
+
+
+def test_small_sweep_effects_keep_their_digits_in_the_ledger_grid():
+    """A KL slope of ~0.002 nats/token/hop and a gap slope of ~0.3 pp/hop must not print as
+    '+0.0 [-0.0, 0.0]' / '-0.3' (the first full sweep's sweep_claims.md did)."""
+    import pandas as pd
+
+    from rtpo.report.ledger import ledger_display
+    df = pd.read_csv(ROOT / "reference" / "sweep" / "sweep_claims.csv")
+    shown = dict(zip(df["claim_id"], ledger_display(df, "cpu-default").iloc[:, 7]))
+    kl = df.set_index("claim_id").loc["sweep-mismatch-horizon-grpo"]
+    assert shown["sweep-mismatch-horizon-grpo"] == (
+        f"{kl['ours_mean']:+#.3g} [{kl['ci95_lo']:#.3g}, {kl['ci95_hi']:#.3g}]")
+    assert shown["sweep-mismatch-horizon-grpo"].startswith("+0.00")
+    gap = df.set_index("claim_id").loc["sweep-gap-horizon-grpo_tis"]
+    assert shown["sweep-gap-horizon-grpo_tis"].startswith(f"{gap['ours_mean']:+.2f} [")

@@ -675,10 +675,10 @@ def counts_text(df: pd.DataFrame) -> str:
 def _fmt_ours(r) -> str:
     if r["n"] == 0 and r["rule"] != "theory-check" or pd.isna(r["ours_mean"]):
         return "—"
-    if r["unit"] in ("ratio", "nats/token", ""):  # small quantities: 3 significant digits
+    if r["unit"] in ("ratio", "nats/token", "nats/token/hop", ""):  # small quantities: 3 significant digits
         fmt = (lambda x, sign=False: f"{x:{'+' if sign else ''}#.3g}")
     else:
-        digits = 2 if r["unit"] in ("calls", "turns", "syncs") else 1
+        digits = 2 if r["unit"] in ("calls", "turns", "syncs", "pp/hop") else 1
         fmt = (lambda x, sign=False, d=digits: f"{x:{'+' if sign else ''},.{d}f}")
     head = fmt(r["ours_mean"], sign=r["rule"] == "direction")
     if pd.isna(r["ci95_lo"]):
