@@ -212,6 +212,11 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> None:
         ax.set_xticks(sorted(set(int(k) for k in table.K)))
         ax.set_ylabel("KL(rollout ‖ train) per token" if j == 0 else "")
         ax.legend(fontsize=8)
+    # one KL scale for the row, from 0: a panel of its own would blow float noise (~1e-14 under
+    # psi = full) up to the size of a real mismatch
+    top = float(table.kl_rollout_train.max()) if len(table) else 0.0
+    for ax in axes[1]:
+        ax.set_ylim(-0.04 * max(top, 1e-3), max(top, 1e-3) * 1.1)   # points at 0 drawn whole
     n = int(table.n.max()) if len(table) else 0
     fig.suptitle(f"Mechanism sweep: search, K hops × psi (mean and 95 % t-interval over {n} seeds)", fontsize=11)
     fig.tight_layout()
