@@ -13,11 +13,14 @@ the command's wall), and separate / one-process wall (the speed-up of grouping).
 same seeds, so their tokens are identical (checked).
 
 `--stack-probe`: the measurement behind not batching the S runs' engine calls through one stacked
-model (issue 35's item 2; docs/performance.md). A decode step of the base model's architecture with
-S distinct weight sets stacked on a leading axis (torch.bmm for every projection and the output head,
-the element-wise work, norms, rotary and sampling batched over all S x R rows, attention per run over
-its own cache) against S separate `rtpo.engine.decoder.Decoder.step` calls on R rows each: ms per
-decode step for all S runs and the ratio. The decode is most of an RL step (docs/performance.md).
+model (issue 35's item 2; docs/performance.md "Seeds per process"). A decode step of the base model's
+architecture with S distinct weight sets stacked on a leading axis (torch.bmm for every projection and
+the output head, the element-wise work, norms, rotary and sampling batched over all S x R rows; attention
+either per run over its own cache or as one call over the S caches stacked) against one run's
+`rtpo.engine.decoder.Decoder.step` on R rows (what S seeds trained one after the other pay, S times) and
+S separate steps back to back: ms per decode step for all S runs and the ratios; then, for the largest
+S, where the stacked step's time goes (torch.profiler, self CPU time per op). The decode is most of an
+RL step (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -147,8 +150,10 @@ def stack_probe(a: argparse.Namespace) -> None:
 
     print(f"\nstack probe: {a.model} ({sum(p.numel() for p in base.parameters()):,} parameters), context {a.context} "
           f"tokens, one decode step; median of {a.reps}\n")
-    print("| S runs | rows per run | S x Decoder.step (ms) | stacked step (ms) | separate / stacked |")
-    print("|---|---|---|---|---|")
+    print("| S runs | rows per run | one run's step (ms) | S steps back to back (ms) | stacked, attention per run "
+          "(ms) | stacked, attention batched (ms) | S x one run / stacked (best) |")
+    print("|---|---|---|---|---|---|---|")
+    last = None
     for R in a.rows:
         for S in a.seeds:
             models = copies(S)
@@ -163,23 +168,44 @@ def stack_probe(a: argparse.Namespace) -> None:
                 caches.append(c)
             tok = torch.randint(0, base.config.vocab_size, (R,))
 
+            def one_step(d, c):
+                c.lens = torch.full((R,), a.context, dtype=torch.long)
+                logp = torch.log_softmax(d.step(c, tok), -1)
+                D.sample_from_logp(logp, torch.rand(R, dtype=torch.float64))
+
             def separate():
                 for d, c in zip(decs, caches):
-                    c.lens = torch.full((R,), a.context, dtype=torch.long)
-                    logp = torch.log_softmax(d.step(c, tok), -1)
-                    D.sample_from_logp(logp, torch.rand(R, dtype=torch.float64))
+                    one_step(d, c)
 
-            st = StackedStep(decs, caches, a.context)
-            sep, stk = median_ms(separate, a.reps), median_ms(lambda: st.step(tok.repeat(S)), a.reps)
-            print(f"| {S} | {R} | {sep:.2f} | {stk:.2f} | {sep / stk:.2f}x |", flush=True)
+            one = median_ms(lambda: one_step(decs[0], caches[0]), a.reps)
+            sep = median_ms(separate, a.reps)
+            per_run = median_ms(lambda st=StackedStep(decs, caches, a.context): st.step(tok.repeat(S)), a.reps)
+            batched = StackedStep(decs, caches, a.context, attention="batched")
+            stk = median_ms(lambda: batched.step(tok.repeat(S)), a.reps)
+            print(f"| {S} | {R} | {one:.2f} | {sep:.2f} | {per_run:.2f} | {stk:.2f} | "
+                  f"{S * one / min(per_run, stk):.2f}x |", flush=True)
+            last = (S, R, batched, tok)
+    if last is not None:
+        from torch.profiler import profile
+
+        S, R, st, tok = last
+        with profile() as prof:
+            for _ in range(50):
+                st.step(tok.repeat(S))
+        ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        total = sum(e.self_cpu_time_total for e in ops)
+        print(f"\nwhere the stacked step goes (S = {S}, {R} rows per run, attention batched; self CPU time):")
+        for e in ops[:6]:
+            print(f"  {e.key:50s} {100 * e.self_cpu_time_total / total:5.1f} %  ({e.count // 50} calls per step)")
 
 
 class StackedStep:
     """Decoder.step's arithmetic for S runs at once: every projection and the head as one torch.bmm over
-    the S weight sets (S, in, out), norms, rotary, SiLU and sampling over all S x R rows, attention per
-    run over its own KV cache (a run's attention length is its own). Timing only."""
+    the S weight sets (S, in, out), norms, rotary, SiLU and sampling over all S x R rows; attention
+    "per-run" over each run's own KV cache (a run's attention length is its own), or "batched": one call
+    over the S caches concatenated (every run at the same length here). Timing only."""
 
-    def __init__(self, decs, caches, context: int) -> None:
+    def __init__(self, decs, caches, context: int, attention: str = "per-run") -> None:
         import torch
 
         d0 = decs[0]
@@ -198,6 +224,10 @@ class StackedStep:
         self.norm = st(d.norm for d in decs)[:, None]
         self.head = st(d.head_t for d in decs)
         self.cos, self.sin = d0._rope_table(context + 8)
+        self.batched = attention == "batched"
+        if self.batched:   # the S caches as one (S x R, kv_heads, capacity, head_dim) tensor per layer
+            self.k = [torch.cat([c.k[li] for c in caches]).contiguous() for li in range(len(self.layers))]
+            self.v = [torch.cat([c.v[li] for c in caches]).contiguous() for li in range(len(self.layers))]
 
     def step(self, tok):
         import torch
@@ -217,14 +247,21 @@ class StackedStep:
                 qk = F.rms_norm(qk, (D,), None, self.eps) * ly["qk"].repeat_interleave(R, 0)
             h2 = D // 2
             qk = qk * cos + torch.cat((qk[..., h2:], qk[..., :h2]), -1) * sin
-            outs = []
-            for s, c in enumerate(self.caches):   # attention: each run over its own cache
-                rows = slice(s * R, (s + 1) * R)
-                c.k[li][:, :, self.context] = qk[rows, nh:, 0]
-                c.v[li][:, :, self.context] = qkv[rows, (nh + nkv) * D:].view(R, nkv, D)
-                outs.append(F.scaled_dot_product_attention(qk[rows, :nh].reshape(R, nkv, nh // nkv, D),
-                                                           c.k[li][:, :, :L], c.v[li][:, :, :L]))
-            att = torch.cat(outs).reshape(S, R, nh * D)
+            if self.batched:
+                self.k[li][:, :, self.context] = qk[:, nh:, 0]
+                self.v[li][:, :, self.context] = qkv[:, (nh + nkv) * D:].view(S * R, nkv, D)
+                att = F.scaled_dot_product_attention(qk[:, :nh].reshape(S * R, nkv, nh // nkv, D),
+                                                     self.k[li][:, :, :L], self.v[li][:, :, :L])
+            else:
+                outs = []
+                for s, c in enumerate(self.caches):   # attention: each run over its own cache
+                    rows = slice(s * R, (s + 1) * R)
+                    c.k[li][:, :, self.context] = qk[rows, nh:, 0]
+                    c.v[li][:, :, self.context] = qkv[rows, (nh + nkv) * D:].view(R, nkv, D)
+                    outs.append(F.scaled_dot_product_attention(qk[rows, :nh].reshape(R, nkv, nh // nkv, D),
+                                                               c.k[li][:, :, :L], c.v[li][:, :, :L]))
+                att = torch.cat(outs)
+            att = att.reshape(S, R, nh * D)
             x = x + torch.bmm(att, ly["o"])
             h = F.rms_norm(x, (x.shape[-1],), None, self.eps) * ly["ln2"]
             gu = torch.bmm(h, ly["gu"])
