@@ -215,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--results", default="results")
     sp.add_argument("--tables", default="results/tables")
     sp.add_argument("--figures", default="figures")
+    sp.add_argument("--only", nargs="+", default=None, metavar="TABLE",
+                    help="with `tables`: just these tables (e.g. table01_main; the named Snakemake targets)")
     return p
 
 

@@ -34,6 +34,16 @@ STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
 RTPO_STUDIES = ("group_size", "sync", "continuation")
 TASK_KINDS = ("math", "search", "airline")
 
+# the paper's tables by name (rtpo.report.tables.TABLES, in its order): each is a Snakemake target of its own
+# (workflow/rules/report.smk) that writes results/tables/<name>.{csv,md,tex} (`rtpo report tables --only`)
+TABLE_NAMES = (
+    "table01_main", "table01_vs_vanilla", "table01_gains", "table_learning", "table_budget",
+    "table02_credit_assignment", "table03_continuation", "table06_continuation_detail", "table07_airline_online",
+    "table08_airline_eval", "table09_airline_tools", "table10_group_size", "table11_group_size_cost",
+    "table12_trunk_failures", "table13_failure_dynamics", "table14_training_cost", "table21_budget",
+    "tableG5_tool_use", "tableG6_sync",
+)
+
 
 # ---------------------------------------------------------------------------------------------
 # Paths

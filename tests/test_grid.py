@@ -79,7 +79,7 @@ def test_report_takes_the_main_grids_group_size_per_task(tmp_path):
     """The group-size tables and claims compare against the main grid's G on the study's task, per-task
     override included (before: the method's top-level value, blind to per_task)."""
     from rtpo.report.load import Results, ablation_studies
-    from rtpo.report.tables import _group_ref
+    from rtpo.report.tables_studies import _group_ref
 
     cfg = {"tasks": ["airline"], "methods": ["rtpo"], "seeds": [0],
            "method": {"rtpo": {"group_size": 4, "per_task": {"airline": {"group_size": 3}}}},

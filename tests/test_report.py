@@ -276,7 +276,7 @@ def test_windows_do_not_overlap():
 # ------------------------------------------------------------------------------------------------
 
 def test_claims_take_their_paper_figure_and_source_from_paper_reference(tree):
-    from rtpo.report import ledger, tables
+    from rtpo.report import ledger, table_base, tables, tables_main, tables_studies
     from rtpo.report.paper_reference import PAPER, PAPER_GAINS
 
     work, cfg = tree
@@ -295,8 +295,8 @@ def test_claims_take_their_paper_figure_and_source_from_paper_reference(tree):
     for k, f in PAPER.items():
         if not math.isnan(f.value):  # a number a table or a level claim uses is the one its text prints
             assert f"{f.value:g}" in f.text, k
-    # ledger.py and tables.py hold no paper figure of their own (texts with a number of two digits or more)
-    code = Path(ledger.__file__).read_text() + Path(tables.__file__).read_text()
+    # the ledger and the table modules hold no paper figure of their own (texts with a number of two digits or more)
+    code = "".join(Path(m.__file__).read_text() for m in (ledger, table_base, tables, tables_main, tables_studies))
     for k, f in PAPER.items():
         if re.search(r"\d[.,]?\d", f.text):
             assert f.text not in code, k
@@ -546,7 +546,7 @@ def test_budget_table_shows_per_task_settings(tmp_path):
 
 
 def test_closest_trunks_and_g_reproduce_the_papers_e3_choice():
-    from rtpo.report.tables import closest_trunks_g
+    from rtpo.report.tables_main import closest_trunks_g
 
     # E.3: 16 rollouts per prompt; math 4 trunks, search 2, each with 2 siblings per realized boundary
     assert closest_trunks_g(1.5, 16) == (4, 3, 16.0)
@@ -747,6 +747,34 @@ def test_record_that_contradicts_its_path_is_rejected(tmp_path):
     p.write_text(p.read_text().replace('"method": "rtpo"', '"method": "grpo"'))
     with pytest.raises(ValueError, match=r"metrics\.jsonl:1: field 'method' is 'grpo' but the path says 'rtpo'"):
         load_results(tmp_path / "results", cfg)
+
+
+def test_one_table_by_name_writes_just_its_files_as_the_full_report_does(tree, tmp_path, capsys):
+    """`rtpo report tables --only NAME` (the named Snakemake targets): the builder's tables, byte for byte as
+    the full report writes them, and no other file; the names are rtpo.grid's, in the registry's order;
+    an unknown name fails with exit 2 naming it and the known ones."""
+    from rtpo.grid import TABLE_NAMES
+    from rtpo.report.tables import TABLES
+
+    assert tuple(fn.__name__ for fn in TABLES) == TABLE_NAMES
+    work, cfg = tree
+    config = write_config(cfg, tmp_path / "config.yaml")
+    out = tmp_path / "one"
+    for name, files in (("table10_group_size", {"table10_group_size"}),
+                        ("table11_group_size_cost", {"table11_group_size_cost", "timing_table11_group_size_cost"})):
+        assert rtpo_main(["report", "tables", "--only", name, "--config", str(config), "--results",
+                          str(work / "results"), "--tables", str(out)]) == 0
+        made = {p.name for p in out.iterdir()}
+        assert {p.split(".")[0] for p in made} >= files
+        for f in (f"{n}.{ext}" for n in files for ext in ("csv", "md", "tex")):
+            assert (out / f).read_bytes() == (work / "results" / "tables" / f).read_bytes(), f
+    assert made == {f"{n}.{ext}" for n in ("table10_group_size", "table11_group_size_cost",
+                                           "timing_table11_group_size_cost") for ext in ("csv", "md", "tex")}
+    capsys.readouterr()
+    assert rtpo_main(["report", "tables", "--only", "table99", "--config", str(config), "--results",
+                      str(work / "results"), "--tables", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no table named table99" in err and "table01_main" in err
 
 
 def test_cli_without_results_fails_cleanly(tmp_path, capsys):

@@ -3,6 +3,7 @@
 `rtpo report <tables|figures|ledger|all>` (rtpo.report.cli.report_main) reads what the config
 names (load.py), and writes
   tables.py   <tables>/<name>.{csv,md,tex}: CSV = tidy numbers with per-seed values; md/tex = mean ± std
+              (the registry; builders in tables_main.py and tables_studies.py, shared parts in table_base.py)
   figures.py  <figures>/<name>.{png,pdf}
   ledger.py   <tables>/claims.{csv,md,tex}: paper's figure, ours with a 95 % CI over seeds, verdict
 After a run: compare.py (`rtpo report compare --reference reference/cpu-default results/tables`: each

@@ -46,15 +46,20 @@ def _write_manifest(res: Results, outdir: Path) -> list[Path]:
 
 
 def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path, figures_dir: str | Path,
-               progress: bool = False) -> list[Path]:
-    """Write the requested part of the report; returns the paths written."""
+               progress: bool = False, only: list[str] | None = None) -> list[Path]:
+    """Write the requested part of the report; returns the paths written. only: with `tables`, just the
+    named tables (a named Snakemake target: their files and nothing else; ValueError if one writes none)."""
     from rtpo.report.figures import FIGURES
     from rtpo.report.ledger import write_ledger
     from rtpo.report.status import write_status
-    from rtpo.report.tables import TABLES, mark_not_run, write_table
+    from rtpo.report.table_base import write_table
+    from rtpo.report.tables import builders, mark_not_run
 
     if what not in ("tables", "figures", "ledger", "status", "all"):
         raise ValueError(f"report: unknown part {what!r} (tables | figures | ledger | status | all)")
+    if only and what != "tables":
+        raise ValueError(f"report: --only names tables; it does not apply to {what!r}")
+    chosen = builders(only)
     res = load_results(results, cfg)
     if res.steps.empty and res.evals.empty:
         raise FileNotFoundError(f"report: no metrics.jsonl or eval JSON under {results} for the runs the config "
@@ -65,9 +70,14 @@ def run_report(what: str, results: str | Path, cfg: dict, tables_dir: str | Path
     written: list[Path] = []
     tables_dir, figures_dir = Path(tables_dir), Path(figures_dir)
     if what in ("tables", "all"):
-        written += _write_manifest(res, tables_dir)
-        for fn in tqdm(TABLES, desc="tables", disable=not progress):
-            for t in fn(res):
+        if not only:
+            written += _write_manifest(res, tables_dir)
+        for fn in tqdm(chosen, desc="tables", disable=not progress):
+            made = fn(res)
+            if only and not any(t.name == fn.__name__ for t in made):
+                raise ValueError(f"report: table {fn.__name__} has no runs to show under {results} (config "
+                                 f"{cfg.get('name', '?')}: the study or task it needs is not in the config or not run)")
+            for t in made:
                 # benchmarks the data job left out are 'not run' rows, never silently missing
                 written += write_table(mark_not_run(res, t) if res.not_run else t, tables_dir)
     if what in ("figures", "all"):
@@ -91,7 +101,8 @@ def report_main(args) -> int:
         written = write_sweep(args.results, cfg, args.tables, args.figures)
         print(f"rtpo report sweep: wrote {len(written)} files under {args.tables} and {args.figures}")
         return 0
-    written = run_report(args.what, args.results, cfg, args.tables, args.figures, progress=True)
+    written = run_report(args.what, args.results, cfg, args.tables, args.figures, progress=True,
+                         only=getattr(args, "only", None))
     print(f"rtpo report {args.what}: wrote {len(written)} files under {args.tables} and {args.figures}")
     return 0
 

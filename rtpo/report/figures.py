@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from rtpo.atomic import atomic_call  # noqa: E402
 from rtpo.report.load import MAIN, Results, benchmark_label  # noqa: E402
 from rtpo.report.stats import summarize  # noqa: E402
-from rtpo.report.tables import method_label, methods_with, tasks_with  # noqa: E402
+from rtpo.report.table_base import method_label, methods_with, tasks_with  # noqa: E402
 
 _PALETTE = sns.color_palette("colorblind", 10)
 METHOD_COLORS = {"vanilla": _PALETTE[7], "grpo": _PALETTE[0], "tree_grpo": _PALETTE[2], "arpo": _PALETTE[4],

@@ -47,8 +47,9 @@ from rtpo.report.stats import (
     RULE_STRUCTURAL, RULE_THEORY, VERDICTS, direction_verdict, effect_verdict, equivalence_verdict, paired,
     paired_ratio, structural_verdict, summarize, theory_kind, theory_verdict,
 )
-from rtpo.report.tables import first_turn_share, headline_tasks, hit_metric, latex_escape, method_label, \
-    to_markdown
+from rtpo.report.table_base import headline_tasks, latex_escape, method_label, to_markdown
+from rtpo.report.tables_main import first_turn_share
+from rtpo.report.tables_studies import hit_metric
 
 EARLY, LATE, FOURTH, FROM_40 = (0.0, 0.2), (0.8, 1.0), (0.6, 0.8), (0.4, 1.0)
 RATIO_MARGIN = 0.02  # equivalence margin of "the ratio stays at 1.0" (GRPO's recovered 0.97 is outside it)

@@ -228,7 +228,7 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> None:
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Write the sweep's table, claim rows and figure; returns the paths written."""
     from rtpo.report.ledger import counts_text, evaluate_claim, ledger_display
-    from rtpo.report.tables import to_markdown
+    from rtpo.report.table_base import to_markdown
 
     if not cfg.get("sweep"):
         raise ValueError("sweep report: this config has no 'sweep' section")

@@ -19,7 +19,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from rtpo import dag
+from rtpo import dag, grid
 from rtpo.config import SCHEMA, ConfigError
 
 
@@ -195,6 +195,7 @@ TASKS, THREADS, BASE_THREADS, ABLATIONS, TRAINABLE = PIPELINE.tasks, PIPELINE.th
 fingerprint, stamp, set_args, run_dir, eval_file, data_file = (dag.fingerprint, dag.stamp, dag.set_args, dag.run_dir,
                                                                dag.eval_file, dag.data_file)
 TRAIN_SHELL = dag.TRAIN_SHELL
+TABLE_NAMES = grid.TABLE_NAMES   # the paper's tables, each a target of its own (rules/report.smk)
 run_settings, train_settings, eval_settings = PIPELINE.run_settings, PIPELINE.train_settings, PIPELINE.eval_settings
 tokenizer_settings, base_model_settings, prepare_settings = (PIPELINE.tokenizer_settings, PIPELINE.base_model_settings,
                                                              PIPELINE.prepare_settings)

@@ -2,8 +2,9 @@
 
 The report code decides its file names, so the tables and figures rules declare a sentinel file
 written after the command succeeds (results/tables/.tables.done, figures/.figures.done); the
-ledger's files are fixed: results/tables/claims.{csv,md}; the status rule writes the README's status
-section, results/tables/status.md, and timing_status.md. Files named results/tables/timing_* hold
+ledger's files are fixed: results/tables/claims.{csv,md}; each of the paper's tables is also a target
+of its own, named after it (`snakemake table10_group_size`: rtpo.grid.TABLE_NAMES); the status rule
+writes the README's status section, results/tables/status.md, and timing_status.md. Files named results/tables/timing_* hold
 wall-clock numbers; every other file there is byte-identical when the DAG is rerun on one machine.
 report_assets copies the PNG figures and CSV tables into results/report/ as directories marked for
 `snakemake --report`.
@@ -24,6 +25,32 @@ rule tables:
         CONDA_ENV
     shell:
         "rtpo report tables --config {params.config} --results results --tables $(dirname {output}) > {log} 2>&1"
+
+
+# The paper's tables by name (rtpo.grid.TABLE_NAMES): `snakemake table01_main` writes
+# results/tables/table01_main.{csv,md,tex} alone (`rtpo report tables --only`). `all` does not use these
+# rules: the tables rule above writes the same files together.
+for _name in TABLE_NAMES:
+
+    rule:
+        name:
+            _name
+        localrule: True
+        input:
+            all_results(),
+        output:
+            multiext(f"results/tables/{_name}", ".csv", ".md", ".tex"),
+        params:
+            settings=fingerprint(config),
+            config=config_path,
+            name=_name,
+        log:
+            f"results/logs/report/{_name}.log",
+        conda:
+            CONDA_ENV
+        shell:
+            "rtpo report tables --only {params.name} --config {params.config} --results results "
+            "--tables results/tables > {log} 2>&1"
 
 
 rule figures:
