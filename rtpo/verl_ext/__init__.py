@@ -2,17 +2,22 @@
 
 Modules (importing this package imports none of them, so `rtpo` stays light):
   plugin        what ``VERL_USE_EXTERNAL_MODULES`` loads in every verl process: registers the
-                advantage estimators, the agent loop and the trainers
-  advantages    verl advantage estimators calling `rtpo.methods.advantages`
+                agent loop and the trainers
   agent_loop    `RTPOAgentLoop`: rtpo envs + tool parser + psi as a verl AgentLoopBase
   server_engine `ServerEngine`: rtpo's Roller sampling through verl's LLM server client
   trainer       the V1 trainer modes: "rtpo_engine_sync" (every local method, RTPO included, on
                 `VerlEngine`), "rtpo_chain_sync" (GRPO on verl's own pipeline)
   engine        `VerlEngine`: rtpo's engine seam (PolicyEngine) inside a verl trainer process
-  data          task files -> verl parquet datasets
+  entropy       entropy with gradients without verl's whole-function recompute (Tree-GRPO's bonus)
+  data, reward  task files -> verl parquet datasets; the reward hook verl resolves (rewards come from the envs)
   launch        `rtpo train --engine verl`: config -> Hydra overrides -> verl's main_ppo (local or Slurm)
+  eval_servers  `rtpo evaluate --engine verl`: evaluation on verl's rollout servers in standalone mode
+  startup       `rtpo check-config`: the start-up arithmetic of every cell, over budget (memory, disk and
+                run-time estimates) and gpu_env (what the GPU environment spec installs)
   vllm_keep     the rollout "vllm_keep": vLLM servers that keep their weights across sleep (level 1)
-  cpu, cpu_platform, hf_rollout   the CPU harness (platform "cpu", rollouts "hf" and "hf_keep")
+  cpu, cpu_platform, hf_rollout, vllm_cpu, toy
+                the CPU harness (platform "cpu", rollouts "hf" and "hf_keep", vLLM's CPU build, the toy
+                env factory): what runs verl's real trainer in the tests
 See docs/verl.md.
 """
 

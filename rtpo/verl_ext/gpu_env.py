@@ -1,0 +1,86 @@
+"""The GPU environment spec, as `rtpo check-config` reads it: which packages environment.yml's pip list and
+pyproject.toml's `gpu` extra install (verl's extras expanded where they pull flash-attn), and so which
+attention implementations a GPU run can name (rtpo.verl_ext.startup's `attention` rule)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rtpo.verl_ext.budget import TORCH_ATTENTION
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the GPU environment installs: the requirement names of environment.yml's pip list and of
+    pyproject.toml's `gpu` extra, with verl's extras expanded where they pull flash-attn."""
+
+    requirements: frozenset
+    sources: tuple
+
+    def installs(self, name: str) -> bool:
+        return _norm(name) in self.requirements
+
+    def attention(self) -> set[str]:
+        have = set(TORCH_ATTENTION) if self.installs("torch") else set()
+        if self.installs("flash-attn"):
+            have.add("flash_attention_2")
+        if self.installs("flash-attn-3") or self.installs("flash_attn_interface"):
+            have.add("flash_attention_3")
+        return have
+
+
+# verl 0.9.1's extras that pull flash-attn (its METADATA: flash-attn-cu130torch211, fsdp and megatron)
+VERL_FLASH_EXTRAS = {"flash-attn-cu130torch211", "fsdp", "megatron"}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(req: str) -> set[str]:
+    req = req.split(";")[0].split("#")[0].strip()
+    if not req or req.startswith("-") and not req.startswith("-e"):
+        return set()
+    if req.startswith("-e"):  # -e .[gpu]: the extra is read from pyproject.toml itself
+        return set()
+    m = re.match(r"([A-Za-z0-9][A-Za-z0-9_.\-]*)\s*(\[([^\]]*)\])?", req)
+    if not m:
+        return set()
+    names = {_norm(m.group(1))}
+    extras = {_norm(e.strip()) for e in (m.group(3) or "").split(",") if e.strip()}
+    if _norm(m.group(1)) == "verl" and extras & VERL_FLASH_EXTRAS:
+        names.add("flash-attn")
+    if _norm(m.group(1)) == "verl" and "vllm" in extras:
+        names |= {"torch", "vllm", "transformers"}
+    return names
+
+
+def env_spec(root: Path) -> EnvSpec:
+    """The GPU environment spec of the repository at `root` (environment.yml + the `gpu` extra)."""
+    import tomllib
+
+    names: set[str] = set()
+    sources = []
+    env_yml = root / "environment.yml"
+    if env_yml.exists():
+        sources.append(str(env_yml.name))
+        doc = yaml.safe_load(env_yml.read_text()) or {}
+        for dep in doc.get("dependencies", []):
+            if isinstance(dep, dict):
+                for r in dep.get("pip", []):
+                    names |= _requirement_names(str(r))
+            elif isinstance(dep, str) and not dep.startswith(("python", "pip")):
+                names |= _requirement_names(dep.split("=")[0])
+    pp = root / "pyproject.toml"
+    if pp.exists():
+        sources.append("pyproject.toml [project.optional-dependencies] gpu")
+        proj = tomllib.loads(pp.read_text()).get("project", {})
+        for r in proj.get("optional-dependencies", {}).get("gpu", []):
+            names |= _requirement_names(r)
+        for r in proj.get("dependencies", []):  # rtpo itself: torch (sdpa) is a base dependency
+            names |= _requirement_names(r)
+    return EnvSpec(frozenset(names), tuple(sources))
