@@ -24,6 +24,10 @@ from rtpo.report.table_base import (
 )
 
 
+# ------------------------------------------------------------------------------------------------
+# §4.1 Table 1
+# ------------------------------------------------------------------------------------------------
+
 def table01_main(res: Results) -> list[Table]:
     tasks = tasks_with(res)
     if not tasks:
@@ -197,10 +201,8 @@ def table01_gains(res: Results) -> list[Table]:
 
 
 # ------------------------------------------------------------------------------------------------
-# §4.3 Table 2
+# §G.1 Tables 7-9 (airline)
 # ------------------------------------------------------------------------------------------------
-
-
 
 AIRLINE = "airline"
 
@@ -292,10 +294,8 @@ def table09_airline_tools(res: Results) -> list[Table]:
 
 
 # ------------------------------------------------------------------------------------------------
-# §G.2 Tables 10-11 (group size)
+# §G.3 Tables 12-13, §G.4 Table 14, §G.7 Table 21
 # ------------------------------------------------------------------------------------------------
-
-
 
 def first_turn_share(res: Results, task: str, m: str) -> dict[int, float]:
     """{seed: mean over steps of first_turn_fail_frac / (1 - success_rate)}: the share of failed trunks
@@ -678,7 +678,7 @@ def table_budget(res: Results) -> list[Table]:
                   pd.DataFrame(rows), pd.DataFrame(disp), notes)]
 
 # ------------------------------------------------------------------------------------------------
-# §G.5 tool use, §G.6 sync frequency
+# §G.5 tool use
 # ------------------------------------------------------------------------------------------------
 
 def tableG5_tool_use(res: Results) -> list[Table]:

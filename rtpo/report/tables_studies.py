@@ -11,6 +11,10 @@ from rtpo.report.stats import paired, paired_ratio
 from rtpo.report.table_base import TIMING_NOTE, Table, cell, diff_ci, method_label, ms, seeds_note
 
 
+# ------------------------------------------------------------------------------------------------
+# §4.3 Table 2
+# ------------------------------------------------------------------------------------------------
+
 def table02_credit_assignment(res: Results) -> list[Table]:
     st = res.studies.get("credit_assignment")
     if st is None:
@@ -120,10 +124,8 @@ def table06_continuation_detail(res: Results) -> list[Table]:
 
 
 # ------------------------------------------------------------------------------------------------
-# §G.1 Tables 7-9 (airline)
+# §G.2 Tables 10-11 (group size)
 # ------------------------------------------------------------------------------------------------
-
-
 
 def _group_ref(res: Results, st) -> str:
     """The reference variant: the main grid's G for the study's method on its task (per-task overrides
@@ -198,10 +200,8 @@ def table11_group_size_cost(res: Results) -> list[Table]:
 
 
 # ------------------------------------------------------------------------------------------------
-# §G.3 Tables 12-13, §G.4 Table 14, §G.7 Table 21
+# §G.6 sync frequency
 # ------------------------------------------------------------------------------------------------
-
-
 
 def tableG6_sync(res: Results) -> list[Table]:
     st = res.studies.get("sync")
