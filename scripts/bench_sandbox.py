@@ -13,32 +13,34 @@ copy of the bootstrap, so run it on its own).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import os
 import re
 import resource
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rtpo.tools import python_sandbox as ps  # noqa: E402  (after the path set-up)
+from rtpo.tools import sandbox_process as sp  # noqa: E402  (after the path set-up)
 from rtpo.tools.python_sandbox import PythonSandbox  # noqa: E402
 
 BENCH_PROGRAMS = {"print(1+1)": "print(1+1)", "math tool call": "print((8839 - 4578) * 435)"}
 
 
 def _load_other(tree: str):
-    """The sandbox module as committed in another checkout (e.g. a git worktree of an older commit)."""
-    path = os.path.join(tree, "rtpo", "tools", "python_sandbox.py")
-    spec = importlib.util.spec_from_file_location("_rtpo_python_sandbox_vs", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    """The sandbox module as committed in another checkout (e.g. a git worktree of an older commit),
+    loaded from that tree's rtpo/tools/ as a package of its own (not running its __init__), so that
+    python_sandbox.py finds its sibling sandbox_process.py there (older trees have only the one file)."""
+    name = "_rtpo_sandbox_vs"
+    pkg = types.ModuleType(name)
+    pkg.__path__ = [os.path.join(tree, "rtpo", "tools")]
+    sys.modules[name] = pkg
+    return importlib.import_module(name + ".python_sandbox")
 
 
 def _bench_batch(sb, code: str, n: int, threads: int) -> tuple[list[float], float]:
@@ -47,7 +49,9 @@ def _bench_batch(sb, code: str, n: int, threads: int) -> tuple[list[float], floa
     this process, or by the fork server: its own CPU time and its children's). Not counted: the
     kernel's threads that free network namespaces (~0.3 ms per call, the same for both)."""
     mod = sys.modules[type(sb).__module__]  # the sandbox's own module: this checkout's or a --vs tree's
-    srv = mod._servers.get(sb.python) if getattr(sb, "fork_server", False) and hasattr(mod, "_servers") else None
+    proc = sys.modules.get(mod.__name__.rpartition(".")[0] + ".sandbox_process", mod)  # one module before the split
+    servers = getattr(proc, "servers", getattr(proc, "_servers", None))
+    srv = servers.get(sb.python) if getattr(sb, "fork_server", False) and servers is not None else None
 
     def cpu() -> float:
         a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -129,8 +133,8 @@ _PHASES = ["sent", "Z_forked", "P_start", "P_read", "P_unshare", "C_start", "C_r
 
 def _bench_phases(n: int, python: str | None, fork_server: bool) -> None:
     """Where one call's time goes: the bootstrap's `#@phase` marks timed (CLOCK_MONOTONIC, shared by
-    all processes) over n calls of print(1+1); medians. Patches the bootstrap (`ps._BOOT`) and
-    `ps._start_call` of this process: run it on its own."""
+    all processes) over n calls of print(1+1); medians. Patches the bootstrap (`sp.BOOT`) and
+    `sp.start_call` of this process: run it on its own."""
     t = "__import__('time').clock_gettime(1), __import__('time').process_time()"
 
     def mark(m: re.Match) -> str:
@@ -139,17 +143,17 @@ def _bench_phases(n: int, python: str | None, fork_server: bool) -> None:
             return f'{ind}os.write(fds[3], ("warn phase Z_forked %r %r\\n" % ({t})).encode())'
         return f'{ind}say("warn phase {name} %r %r" % ({t}))'
 
-    ps._BOOT = re.sub(r"^( *)#@phase (\w+)$", mark, ps._BOOT, flags=re.M)
-    ps._boot_cache.clear()
+    sp.BOOT = re.sub(r"^( *)#@phase (\w+)$", mark, sp.BOOT, flags=re.M)
+    sp._boot_cache.clear()
     sent: list[float] = []
-    start_call = ps._start_call
+    start_call = sp.start_call
 
     def timed_start(*a, **k):
         call = start_call(*a, **k)
         sent.append(time.monotonic())
         return call
 
-    ps._start_call = timed_start
+    sp.start_call = timed_start
     sb = PythonSandbox(wall_s=20, cpu_s=5, python=python, fork_server=fork_server)
     print(f"mode: {sb.mode}  fork server: {sb.fork_server}  load average {os.getloadavg()[0]:.1f}")
     rows = []

@@ -48,13 +48,28 @@ from pathlib import Path
 import pytest
 
 from rtpo.tools import python_sandbox as ps
+from rtpo.tools import sandbox_process as sp
 from rtpo.tools.python_sandbox import PythonSandbox, SandboxResult
 
 WALL, CPU, MEM, CAP = 2.0, 1, 256, 2000
 MAX_WALL = 4.0  # the parent's plain wall-clock backstop in the hostile suites (keeps them short)
 SLACK = 2.5  # seconds over max_wall_s a call may take on a loaded 2-core box (start-up, cleanup)
 MODULE_PATH = Path(ps.__file__).resolve()
+PROCESS_MODULE_PATH = Path(sp.__file__).resolve()  # its plumbing: starting a call's processes, the pipes
 BOOT_PATH = MODULE_PATH.parent / "sandbox_boot" / "__main__.py"  # the program the child processes run
+
+# The scripts below run the sandbox in a fresh interpreter, some under the system python as another
+# user, where rtpo's dependencies (and so `import rtpo.tools`, whose __init__ imports the search tool)
+# are not there. The sandbox is standard library only: its two modules are loaded from rtpo/tools/ as
+# a package of their own, without that __init__.
+_LOAD_SANDBOX = r"""
+def load_sandbox(module_path):
+    import importlib, os, types
+    pkg = types.ModuleType("rtpo_sandbox")
+    pkg.__path__ = [os.path.dirname(module_path)]
+    sys.modules["rtpo_sandbox"] = pkg
+    return importlib.import_module("rtpo_sandbox.python_sandbox"), importlib.import_module("rtpo_sandbox.sandbox_process")
+"""
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534
 SECRET_VAR = "RTPO_SANDBOX_TEST_SECRET"
@@ -436,7 +451,7 @@ def _stray_files(token: str) -> list[str]:
 def _fork_server_pids() -> set[int]:
     """This process's fork servers: they live on between calls by design (they carry the bootstrap's
     path in their command line, as every process of a call forked from them does)."""
-    return {srv.pid for srv in list(ps._servers.values()) if srv.pid is not None}
+    return {srv.pid for srv in list(sp.servers.values()) if srv.pid is not None}
 
 
 def _live_processes(markers: list[str]) -> list[str]:
@@ -499,7 +514,7 @@ class Harness:
         limits = dict(wall_s=WALL, cpu_s=CPU, total_cpu_s=2 * CPU, max_wall_s=MAX_WALL, mem_mb=MEM, max_output=CAP)
         self.sandbox = PythonSandbox(**limits, ro_paths=[str(self.visible_dir)])
         self.fallback = PythonSandbox(**limits, ro_paths=[str(self.visible_dir)], fork_server=False)
-        self.server = ps._servers.get(self.sandbox.python) if self.sandbox.fork_server else None
+        self.server = sp.servers.get(self.sandbox.python) if self.sandbox.fork_server else None
         self.server_id = (self.server.pid, self.server.starts) if self.server else None
         self.snapshot = _snapshot(str(self.hidden_dir), str(self.visible_dir))
 
@@ -561,7 +576,7 @@ def _run_contained(h: Harness, case: Case, sandbox: PythonSandbox | None = None)
     os.kill(os.getppid(), 0)  # pytest's parent is alive too
     assert _snapshot(str(h.hidden_dir), str(h.visible_dir)) == h.snapshot, f"canary changed: {what}"
     assert _stray_files(token) == [], what
-    assert _wait_no_leftovers([token, ps._boot_dir()]) == [], f"leftover processes: {what}"
+    assert _wait_no_leftovers([token, sp.boot_dir()]) == [], f"leftover processes: {what}"
     if h.server is not None:  # the fork server is the same live process: not killed, stopped or replaced
         assert (h.server.pid, h.server.starts) == h.server_id, f"fork server replaced: {what}"
         _assert_process_alive(h.server.pid)
@@ -714,7 +729,7 @@ def test_environment_is_scrubbed_and_hash_seed_fixed(sandbox):
         os.environ.pop(SECRET_VAR)
     assert r.ok and "do-not-leak" not in r.output and SECRET_VAR not in r.output
     keys = eval(r.output.splitlines()[0])
-    assert set(keys) <= set(ps._CHILD_ENV_FIXED) | {"HOME", "TMPDIR"}
+    assert set(keys) <= set(sp.CHILD_ENV_FIXED) | {"HOME", "TMPDIR"}
     assert sandbox.run("print(hash('abc'), sorted({'x', 'y', 'z', 'w'}))").output == r.output.split("\n", 1)[1]
 
 
@@ -779,9 +794,9 @@ def test_process_bomb_is_stopped_by_the_total_cpu_limit(sandbox):
 # A loaded machine, made on purpose: the sandbox's processes and three spinners share one CPU, so
 # the code gets about a quarter of it. Prints one JSON line: [(error, output, elapsed), ...].
 _UNDER_LOAD = r"""
-import importlib.util, json, os, subprocess, sys, time
-spec = importlib.util.spec_from_file_location("python_sandbox", sys.argv[1])
-m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
+import json, os, subprocess, sys, time
+""" + _LOAD_SANDBOX + r"""
+m, sp = load_sandbox(sys.argv[1])
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # before the fork server starts: it inherits it
 sb = m.PythonSandbox(cpu_s=1, wall_s=3, max_wall_s=60, max_output=500)
 sb.run("print(0)")
@@ -872,7 +887,7 @@ def test_concurrent_calls_from_8_threads_match_serial_calls():
         t.join()
     assert not errors, errors
     assert [(r.ok, r.output, r.error) for r in concurrent] == [(r.ok, r.output, r.error) for r in serial]
-    assert _wait_no_leftovers([ps._boot_dir()]) == []
+    assert _wait_no_leftovers([sp.boot_dir()]) == []
 
 
 _STATE_PROBE = r"""
@@ -981,12 +996,12 @@ def test_a_call_cannot_see_anything_of_an_earlier_call(sandbox):
 
 # The fork server's life, each scenario in a fresh interpreter. Prints JSON lines.
 _LIFECYCLE = r"""
-import importlib.util, json, os, signal, sys, threading, time, warnings
+import json, os, signal, sys, threading, time, warnings
+""" + _LOAD_SANDBOX + r"""
 cfg = json.loads(sys.argv[1])
-spec = importlib.util.spec_from_file_location("python_sandbox", cfg["module"])
-m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
+m, sp = load_sandbox(cfg["module"])
 sb = m.PythonSandbox(wall_s=cfg.get("wall", 10), cpu_s=2)
-srv = m._servers[sb.python]
+srv = sp.servers[sb.python]
 say = lambda **kw: print(json.dumps(kw), flush=True)
 what = cfg["scenario"]
 
@@ -1044,7 +1059,7 @@ elif what == "fork":
     if child == 0:
         os.close(rd)
         r = m.PythonSandbox(wall_s=10, cpu_s=2).run("print('child')")
-        child_server = m._servers[sb.python].pid
+        child_server = sp.servers[sb.python].pid
         os.write(wr, json.dumps([r.output, child_server]).encode())
         os._exit(0)
     os.close(wr)
@@ -1152,14 +1167,14 @@ def test_fork_server_process_is_minimal(sandbox):
     and its socket), and none of the parent's environment."""
     assert sandbox.fork_server
     sandbox.run("print(1)")
-    pid = ps._servers[sandbox.python].pid
+    pid = sp.servers[sandbox.python].pid
     status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
     assert status["Threads"].strip() == "1"
     fds = {int(f): os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
     assert sorted(fds) == [0, 1, 2, max(fds)] and [fds[k][:5] for k in (0, 1, 2)] == ["pipe:"] * 3
     assert fds[max(fds)].startswith("socket:")
     env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    assert {e.split(b"=", 1)[0].decode() for e in env if e} <= set(ps._CHILD_ENV_FIXED) | {"HOME", "TMPDIR"}
+    assert {e.split(b"=", 1)[0].decode() for e in env if e} <= set(sp.CHILD_ENV_FIXED) | {"HOME", "TMPDIR"}
 
 
 def test_bad_arguments_are_rejected_clearly(sandbox):
@@ -1196,14 +1211,14 @@ def test_per_call_overhead(sandbox):
 # --------------------------------------------------------------------------------------------------
 # The bootstrap program (rtpo/tools/sandbox_boot/__main__.py) and the benchmark script.
 
-# sha256 of `ps._BOOT`, the text the sandbox hands to `python`. Update it only when the bootstrap is
+# sha256 of `sp.BOOT`, the text the sandbox hands to `python`. Update it only when the bootstrap is
 # changed on purpose (and then run this whole file as root and as a user: it is the containment).
 BOOT_SHA256 = "0f3558c2610c1faa67cec7d84f047fe110d4fca0b92c177441d218b6a5ae7630"
 
 
 def test_bootstrap_program_is_pinned():
-    assert ps._BOOT == BOOT_PATH.read_text(encoding="utf-8")
-    got = hashlib.sha256(ps._BOOT.encode()).hexdigest()
+    assert sp.BOOT == BOOT_PATH.read_text(encoding="utf-8")
+    got = hashlib.sha256(sp.BOOT.encode()).hexdigest()
     assert got == BOOT_SHA256, (
         f"the sandbox's bootstrap program ({BOOT_PATH}) changed: sha256 {got}. If that was on purpose, "
         f"set BOOT_SHA256 in tests/test_sandbox.py to it (after running this file's containment tests)")
@@ -1213,17 +1228,17 @@ def test_bootstrap_program_is_run_never_imported():
     """A `__main__.py` (tests/test_imports.py imports every other .py of rtpo/): importing it would
     run it. Nothing of rtpo imports it, and the sandbox module has no command line of its own (the
     benchmark is scripts/bench_sandbox.py)."""
-    assert BOOT_PATH.name == "__main__.py" and ps._BOOT_PATH == str(BOOT_PATH)
+    assert BOOT_PATH.name == "__main__.py" and sp.BOOT_PATH == str(BOOT_PATH)
     assert not [m for m in sys.modules if m.startswith("rtpo.tools.sandbox_boot.")]
     root = MODULE_PATH.parents[2]
     importers = [str(f) for d in ("rtpo", "scripts", "tests") for f in (root / d).rglob("*.py")
                  if re.search(r"^\s*(from|import)\s+\S*sandbox_boot", f.read_text(errors="replace"), re.M)]
     assert importers == []
-    assert not hasattr(ps, "main") and "argparse" not in vars(ps)
+    assert not [mod for mod in (ps, sp) if hasattr(mod, "main") or "argparse" in vars(mod)]
 
 
 def test_bench_script_runs():
-    """scripts/bench_sandbox.py: --phases patches the bootstrap (`ps._BOOT`) in its own process; the
+    """scripts/bench_sandbox.py: --phases patches the bootstrap (`sp.BOOT`) in its own process; the
     plain form runs code from the command line."""
     script = str(MODULE_PATH.parents[2] / "scripts" / "bench_sandbox.py")
     p = subprocess.run([sys.executable, script, "--phases", "2"], capture_output=True, text=True, timeout=120)
@@ -1246,18 +1261,18 @@ def _readable_by_others(path: str) -> bool:
 
 needs_root_and_system_python = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists(SYSTEM_PYTHON) or not _readable_by_others(SYSTEM_PYTHON)
-    or not _readable_by_others(str(MODULE_PATH)) or not _readable_by_others(str(BOOT_PATH)),
+    or not all(_readable_by_others(str(p)) for p in (MODULE_PATH, PROCESS_MODULE_PATH, BOOT_PATH)),
     reason="needs root (to act as uid 65534) and a system python 65534 can run")
 
 _SUBSUITE = r"""
-import importlib.util, json, sys, time
+import json, sys, time
+""" + _LOAD_SANDBOX + r"""
 cfg = json.loads(sys.argv[1])
-spec = importlib.util.spec_from_file_location("python_sandbox", cfg["module"])
-m = importlib.util.module_from_spec(spec); sys.modules["python_sandbox"] = m; spec.loader.exec_module(m)
+m, sp = load_sandbox(cfg["module"])
 sb = m.PythonSandbox(wall_s=cfg["wall"], cpu_s=cfg["cpu"], mem_mb=cfg["mem"], max_output=cfg["cap"],
                      max_wall_s=cfg["max_wall"], python=cfg["python"], isolation=cfg["isolation"],
                      ro_paths=cfg["ro_paths"])
-res = {"mode": sb.mode, "boot_dir": m._boot_dir(), "results": {}}
+res = {"mode": sb.mode, "boot_dir": sp.boot_dir(), "results": {}}
 for name, code in cfg["cases"].items():
     t = time.monotonic()
     r = sb.run(code)

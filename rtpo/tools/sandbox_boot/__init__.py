@@ -1,6 +1,6 @@
 """The Python sandbox's bootstrap program, in `__main__.py` next to this file.
 
-`rtpo.tools.python_sandbox` reads `__main__.py` once as text (its `_BOOT`), fills in the placeholder
+`rtpo.tools.sandbox_process` reads `__main__.py` once as text (its `BOOT`), fills in the placeholder
 `_BOOT_DIR`, compiles it into a private directory and runs it as `python -s -S -B <compiled file>`:
 the fork server and the per-call processes P, C and D. Nothing imports it, and nothing may: it acts at
 its top level (as an import it stops at once, with a NameError for `_BOOT_DIR`).
