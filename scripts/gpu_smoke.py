@@ -136,12 +136,12 @@ def smoke_config(steps: int, prompts: int, gpus: int, cpu: bool = False) -> dict
     cfg["method"]["arpo"] = {"initial": 2, "total": 4, "tau": 0.5, "beta": 0.2, "entropy_tokens": 5 if cpu else 20}
     if cpu:
         cfg["verl"] = {"device": "cpu", "cpu_rollout": "vllm", "obs_tokens": 32,
-                       "env_factory": "rtpo.verl_ext.toy:env_factory", "agent_workers": 1}
+                       "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1}
     else:
         cfg["verl"] = {"device": "cuda", "rollout": "vllm", "n_gpus_per_node": gpus, "nnodes": 1,
                        "tensor_parallel_size": 1, "gpu_memory_utilization": 0.4, "strategy": "fsdp2",
                        "remove_padding": False, "attn_implementation": "sdpa", "enforce_eager": True,
-                       "env_factory": "rtpo.verl_ext.toy:env_factory", "agent_workers": 1}
+                       "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1}
     return cfg
 
 
@@ -899,7 +899,7 @@ def environment_problem(cpu: bool, names: list[str] | None = None) -> str | None
     if names and all(n in TORCH_ONLY_CASES for n in names):
         return None
     if cpu:
-        from rtpo.verl_ext import vllm_cpu
+        from rtpo.verl_ext.cpu_harness import vllm_cpu
 
         if not vllm_cpu.installed():
             return ("gpu_smoke --cpu: needs vLLM's CPU build (vllm-cpu), which this environment lacks: run "

@@ -65,7 +65,7 @@ def test_every_gpu_case_config_composes_with_verl(case, tmp_path):
 
 
 def test_cpu_rehearsal_configs_use_vllms_cpu_build(tmp_path, monkeypatch):
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
     from rtpo.verl_ext.launch import verl_overrides
 
     monkeypatch.setattr(vllm_cpu, "installed", lambda: True)  # the overrides only; nothing starts
@@ -138,7 +138,7 @@ def test_command_line(capsys):
 
 
 def test_cpu_rehearsal_without_vllms_cpu_build_exits_2(capsys):
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     if vllm_cpu.installed():
         pytest.skip("this environment has vLLM's CPU build")
@@ -364,7 +364,7 @@ def test_torch_only_cases_need_no_vllm(tmp_path, monkeypatch):
     """paper_memory alone needs no vLLM (GPU) and no vLLM CPU build (--cpu); without CUDA it SKIPs."""
     import torch
 
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "installed", lambda: False)
     assert gs.environment_problem(True, ["paper_memory"]) is None

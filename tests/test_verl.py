@@ -167,7 +167,7 @@ def test_verl_engine_seam_without_ray(monkeypatch):
 
     from rtpo.engine.base import Row, UpdateConfig
     from rtpo.verl_ext.engine import VerlEngine
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
     from rtpo.verl_ext.server_engine import ServerEngine
 
     tq = _FakeTQ()
@@ -285,7 +285,7 @@ def _server_backed(monkeypatch, sleep_level: int, keeps_weights: bool):
     import transfer_queue
 
     from rtpo.verl_ext.engine import VerlEngine
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
     from rtpo.verl_ext.server_engine import ServerEngine
 
     tq = _FakeTQ()
@@ -421,7 +421,7 @@ def test_verl_engine_helpers():
 
 # ------------------------------------------------------------------ the in-process HF server
 def test_hf_server_samples_as_the_local_engine_and_loads_weights():
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
 
     eng = tiny.engine(seed=1)
     ref = tiny.engine(seed=1)
@@ -461,7 +461,7 @@ def test_hf_server_default_seeds_do_not_depend_on_arrival_order():
     """Requests without a seed (verl's agent loops send none) draw one from what is asked, not from
     when it arrived: the same requests in another order give the same completions per prompt, the
     repeats of one prompt differ, and the next step (global_steps) draws new ones."""
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
 
     tok = tiny.tokenizer()
     prompts = [tok.encode(f"question {i}") for i in range(3)]
@@ -492,7 +492,7 @@ def test_hf_server_sleep_discards_or_keeps_weights_and_scores_prompts():
     ("hf") discards the weights (no sampling until update_weights), level 1 ("hf_keep") restores them
     on wake_up (the same samples as before the sleep). prompt_logprobs=0 returns vLLM's layout:
     entry i scores prompt token i + 1, unscaled by temperature, a dummy last entry."""
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
 
     other = tiny.engine(seed=2)
     tok = other.tokenizer
@@ -587,7 +587,7 @@ def _expert_actions(task, tok):
 
 def test_agent_loop_restores_a_boundary_and_reproduces_the_trunk():
     from rtpo.data import generate_tasks
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
 
     eng = tiny.engine(seed=0, max_position=1600)
     task = generate_tasks("math", 1, 0, "train")[0]
@@ -649,20 +649,20 @@ def test_real_agent_loop_worker_in_process(tmp_path):
 
     import rtpo.verl_ext.plugin  # noqa: F401
     from rtpo.verl_ext.data import write_parquet
-    from rtpo.verl_ext.hf_rollout import HFGenerateServer
+    from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
 
     eng = tiny.engine(seed=0)
     model = tmp_path / "model"
     eng.model.save_pretrained(model)
     eng.tokenizer.save_pretrained(model)
-    pq = write_parquet(TOY[:2], tmp_path / "toy.parquet", {"max_turns": 2}, "rtpo.verl_ext.toy:env_factory")
+    pq = write_parquet(TOY[:2], tmp_path / "toy.parquet", {"max_turns": 2}, "rtpo.verl_ext.cpu_harness.toy:env_factory")
     with initialize_config_dir(config_dir=str(Path(main_ppo.__file__).parent / "config"), version_base=None):
         cfg = compose("ppo_trainer", overrides=[
             f"actor_rollout_ref.model.path={model}", f"data.train_files={pq}", f"data.val_files={pq}",
             "data.max_prompt_length=128", "data.max_response_length=96", "actor_rollout_ref.rollout.name=hf",
             "actor_rollout_ref.rollout.agent.default_agent_loop=rtpo_agent",
-            "+rtpo.env_factory=rtpo.verl_ext.toy:env_factory", "+rtpo.env.max_turns=2", "+rtpo.max_new_tokens=8",
-            "+rtpo.psi=full"])
+            "+rtpo.env_factory=rtpo.verl_ext.cpu_harness.toy:env_factory", "+rtpo.env.max_turns=2",
+            "+rtpo.max_new_tokens=8", "+rtpo.psi=full"])
     worker = AgentLoopWorker(cfg, llm_client=HFGenerateServer(engine=eng))
     ds = RLHFDataset([str(pq)], worker.tokenizer, cfg.data)
     batch = DataProto.from_single_dict(collate_fn([ds[0], ds[1]]))
@@ -802,7 +802,7 @@ def test_gpu_smoke_overrides_compose_with_verl(tmp_path):
 
 
 def test_cpu_platform_and_gloo_backend():
-    from rtpo.verl_ext.cpu_platform import PlatformCPU
+    from rtpo.verl_ext.cpu_harness.cpu_platform import PlatformCPU
 
     p = PlatformCPU()
     assert (p.device_name, p.communication_backend_name(), p.current_device(), p.ray_resource_name()) == \
@@ -844,7 +844,7 @@ def _cfg(tmp: Path, steps: int, method: str) -> dict:
     cfg["method"]["tree_grpo"] = {"trees": 2, "expansions": 1, "rounds": 1, "entropy_coef": 0.001}
     cfg["method"]["arpo"] = {"initial": 2, "total": 4, "tau": 0.5, "beta": 0.2, "entropy_tokens": 5}
     cfg["method"]["seeupo"] = {"chains": 4, "adv_clamp": 3.0, "ratio_clip": [0.8, 1.2]}
-    cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.toy:env_factory", "agent_workers": 1,
+    cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1,
                    "obs_tokens": 32}
     return cfg
 
@@ -1046,7 +1046,7 @@ def test_rtpo_interval_sync_on_verl_samples_stale_weights(verl_run):
     from rtpo.engine.local import LocalEngine
     from rtpo.methods.rtpo import RTPO
     from rtpo.verl_ext.launch import train_verl
-    from rtpo.verl_ext.toy import env_factory
+    from rtpo.verl_ext.cpu_harness.toy import env_factory
 
     cfg = _cfg(verl_run.tmp, 1, "rtpo")
     cfg["env"]["toy"]["max_turns"] = 3

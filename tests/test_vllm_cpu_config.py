@@ -1,4 +1,4 @@
-"""The CPU harness's vLLM rollout (`verl.cpu_rollout: vllm`, rtpo/verl_ext/vllm_cpu.py) without vLLM:
+"""The CPU harness's vLLM rollout (`verl.cpu_rollout: vllm`, rtpo/verl_ext/cpu_harness/vllm_cpu.py) without vLLM:
 its overrides compose with verl 0.9.1's config and reach verl's RolloutConfig, the choice is refused
 with a message naming the set-up script where vLLM's CPU build is missing, and the default stays the
 HF rollout. (The runs themselves: tests/vllm_cpu/, in .venv-vllm.)"""
@@ -26,7 +26,7 @@ def _overrides(tmp_path, method: str, **verl):
 def test_cpu_rollout_vllm_overrides_compose_with_verl(tmp_path, monkeypatch):
     from verl.utils.config import omega_conf_to_dataclass
 
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "installed", lambda: True)
     for sync, name in (("per_stage", "vllm"), ("interval:2", "vllm_keep"), ("kl:0.01", "vllm_keep")):
@@ -43,7 +43,7 @@ def test_cpu_rollout_vllm_overrides_compose_with_verl(tmp_path, monkeypatch):
 
 
 def test_cpu_rollout_defaults_to_hf_and_refuses_vllm_where_it_is_missing(tmp_path, monkeypatch):
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     _, ov = _overrides(tmp_path, "rtpo")
     assert "actor_rollout_ref.rollout.name=hf" in ov()

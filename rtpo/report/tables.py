@@ -53,10 +53,10 @@ from rtpo.report.tables_studies import (
 
 
 TABLES: tuple[Callable[[Results], list[Table]], ...] = (
-    table01_main, table01_vs_vanilla, table01_gains, table_learning, table_budget, table02_credit_assignment, table03_continuation, table06_continuation_detail,
-    table07_airline_online, table08_airline_eval, table09_airline_tools, table10_group_size,
-    table11_group_size_cost, table12_trunk_failures, table13_failure_dynamics, table14_training_cost,
-    table21_budget, tableG5_tool_use, tableG6_sync,
+    table01_main, table01_vs_vanilla, table01_gains, table_learning, table_budget, table02_credit_assignment,
+    table03_continuation, table06_continuation_detail, table07_airline_online, table08_airline_eval,
+    table09_airline_tools, table10_group_size, table11_group_size_cost, table12_trunk_failures,
+    table13_failure_dynamics, table14_training_cost, table21_budget, tableG5_tool_use, tableG6_sync,
 )
 
 

@@ -15,9 +15,9 @@ Modules (importing this package imports none of them, so `rtpo` stays light):
   startup       `rtpo check-config`: the start-up arithmetic of every cell, over budget (memory, disk and
                 run-time estimates) and gpu_env (what the GPU environment spec installs)
   vllm_keep     the rollout "vllm_keep": vLLM servers that keep their weights across sleep (level 1)
-  cpu, cpu_platform, hf_rollout, vllm_cpu, toy
-                the CPU harness (platform "cpu", rollouts "hf" and "hf_keep", vLLM's CPU build, the toy
-                env factory): what runs verl's real trainer in the tests
+  cpu           the CPU harness's plugin (``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.cpu,...``): registers
+                the harness of the subpackage cpu_harness (platform "cpu", rollouts "hf" and "hf_keep",
+                vLLM's CPU build, the toy env factory): what runs verl's real trainer in the tests
 See docs/verl.md.
 """
 

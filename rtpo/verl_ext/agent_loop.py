@@ -31,7 +31,7 @@ Settings come from the trainer config's `rtpo` section (written by `rtpo.verl_ex
   rtpo.max_new_tokens  tokens per turn
   rtpo.env_factory     "module:function" building the env factory from rtpo.env (default
                        "rtpo.train:env_factory", i.e. `rtpo.envs.make_env`; tests use
-                       "rtpo.verl_ext.toy:env_factory")
+                       "rtpo.verl_ext.cpu_harness.toy:env_factory")
 """
 
 from __future__ import annotations

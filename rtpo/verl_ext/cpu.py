@@ -1,7 +1,10 @@
-"""The CPU harness: import through ``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.cpu,rtpo.verl_ext.plugin``.
+"""The CPU harness's verl plugin.
+
+Import through ``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.cpu,rtpo.verl_ext.plugin`` (the platform first).
 
 Registers the CPU platform (select it with ``VERL_PLATFORM=cpu``) and the in-process Hugging Face
-rollout "hf" (``actor_rollout_ref.rollout.name=hf``); `rtpo.verl_ext.launch.cpu_overrides` lists the
+rollouts "hf" / "hf_keep" (``actor_rollout_ref.rollout.name=hf``), both in the subpackage
+`rtpo.verl_ext.cpu_harness`, whose plugin this is; `rtpo.verl_ext.launch.cpu_overrides` lists the
 Hydra overrides and environment the rest of verl needs on CPU (docs/verl.md, "CPU harness").
 
 One patch, applied only when the CPU platform is selected: verl's
@@ -17,8 +20,8 @@ from __future__ import annotations
 import os
 import sys
 
-from rtpo.verl_ext import cpu_platform as _cpu_platform
-from rtpo.verl_ext import hf_rollout as _hf_rollout
+from rtpo.verl_ext.cpu_harness import cpu_platform as _cpu_platform
+from rtpo.verl_ext.cpu_harness import hf_rollout as _hf_rollout
 
 _hf_rollout.register()
 

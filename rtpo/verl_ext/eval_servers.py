@@ -125,7 +125,7 @@ def eval_overrides(cfg: dict[str, Any], model_dir: str | Path, seed: int, cpu: b
         f"{r}.calculate_log_probs=True", f"{r}.free_cache_engine=False",
     ]
     if cpu and rollout_name(cfg, cpu) == "vllm":  # vLLM's CPU build (vllm_cpu); standalone: no sleep anyway
-        from rtpo.verl_ext.vllm_cpu import rollout_overrides
+        from rtpo.verl_ext.cpu_harness.vllm_cpu import rollout_overrides
 
         o += ["trainer.device=cpu", *rollout_overrides("vllm"),
               "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]

@@ -269,7 +269,7 @@ def cpu_rollout(cfg: dict[str, Any]) -> str:
     if r not in ("hf", "vllm"):
         raise ValueError(f"verl.cpu_rollout must be hf or vllm, got {r!r}")
     if r == "vllm":
-        from rtpo.verl_ext import vllm_cpu
+        from rtpo.verl_ext.cpu_harness import vllm_cpu
 
         if not vllm_cpu.installed():
             raise RuntimeError("verl.cpu_rollout: vllm needs vLLM's CPU build (vllm-cpu), which this environment "
@@ -287,7 +287,7 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
     or vLLM's CPU build, "vllm" / "vllm_keep" (`vllm_cpu.rollout_overrides`: no sleep on a CPU, so
     both keep their weights).
     """
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     if rollout not in ("hf", "hf_keep", *vllm_cpu.ROLLOUTS):
         raise ValueError(f"the CPU harness serves the rollouts hf, hf_keep, vllm and vllm_keep, not {rollout!r}")
@@ -319,7 +319,7 @@ def verl_env(cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
     env.setdefault("WANDB_MODE", "disabled")
     env.setdefault("RAY_DEDUP_LOGS", "1")
     if cpu:
-        from rtpo.verl_ext.vllm_cpu import ENV as VLLM_CPU_ENV
+        from rtpo.verl_ext.cpu_harness.vllm_cpu import ENV as VLLM_CPU_ENV
 
         env["VERL_PLATFORM"] = "cpu"
         env["VERL_ENGINE_DEVICE"] = "cuda"  # the FSDP engines register for cuda; the CPU platform lies beneath

@@ -1,4 +1,4 @@
-"""Tests of the vLLM path on vLLM's CPU build (`rtpo.verl_ext.vllm_cpu`). They run only in the optional
+"""Tests of the vLLM path on vLLM's CPU build (`rtpo.verl_ext.cpu_harness.vllm_cpu`). They run only in the optional
 environment of scripts/setup_venv_vllm.sh (.venv-vllm: torch 2.11.0, vllm-cpu 0.24.0, verl 0.9.1,
 transformers 5.9.0, the GPU stack's versions); `.ci/run` runs them there when it could make it:
 
@@ -10,7 +10,7 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    from rtpo.verl_ext.vllm_cpu import installed
+    from rtpo.verl_ext.cpu_harness.vllm_cpu import installed
 
     if installed():
         return

@@ -19,7 +19,7 @@ CASES = ["paper_length", "tp2"]
 
 @pytest.mark.slow
 def test_gpu_smoke_cpu_rehearsal_passes_and_prints_the_table(tmp_path):
-    from rtpo.verl_ext import vllm_cpu
+    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
     if not vllm_cpu.installed():  # also without this directory's conftest.py
         pytest.skip("needs vLLM's CPU build: bash scripts/test_vllm.sh (makes .venv-vllm)")

@@ -1,4 +1,4 @@
-"""Training through verl's real trainer with the vLLM rollout (vLLM's CPU build, `rtpo.verl_ext.vllm_cpu`):
+"""Training through verl's real trainer with the vLLM rollout (vLLM's CPU build, `rtpo.verl_ext.cpu_harness.vllm_cpu`):
 the FSDP2 actor on the CPU platform, verl's vLLMReplica / vLLMHttpServer colocated with it, weight
 pushes through verl's bucketed transfer (here over shared memory) into vLLM's `load_weights`.
 

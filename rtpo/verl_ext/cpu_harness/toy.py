@@ -1,4 +1,4 @@
-"""The toy env as a verl env factory (``+rtpo.env_factory=rtpo.verl_ext.toy:env_factory``): tests only.
+"""The toy env as a verl env factory (``+rtpo.env_factory=rtpo.verl_ext.cpu_harness.toy:env_factory``): tests only.
 
 `rtpo.envs.toy_env.LastTurnEnv` always runs exactly K turns and rewards the last one, so a random tiny
 model yields multi-turn trunks and every stage of RTPO's reverse sweep is exercised on CPU without a
