@@ -47,9 +47,9 @@ and interpreter, started lazily with `python -s -S -B <compiled bootstrap> zygot
 environment and nothing imported beyond the bootstrap's C modules. For each call the parent sends it
 the call's five pipe ends over a socketpair (SCM_RIGHTS) and it forks P; the code, its parameters and
 its output travel on those pipes between the parent and P, never through the server, which runs no
-model code and holds nothing of any call. Each call therefore starts from the same state: a copy of the server
-just after its start-up. The fallback (`fork_server=False`, or where the server cannot run) starts P
-as a new interpreter per call, as before (~2x the CPU time per call).
+model code and holds nothing of any call. Each call therefore starts from the same state: a copy of
+the server just after its start-up. The fallback (`fork_server=False`, or where the server cannot
+run) starts P as a new interpreter per call, as before (~2x the CPU time per call).
 
 Per-call cost: `python scripts/bench_sandbox.py --bench 50 [--vs OLD_CHECKOUT] [--threads 1,4]`,
 by phase `--phases 50` (numbers in docs/security.md).
