@@ -44,7 +44,6 @@ CHILD_ENV_FIXED = {
 }
 
 NS_WORKDIR = "/tmp/sandbox"  # the child's cwd inside the namespace modes (a private tmpfs)
-SETUP_EXIT = 70  # P/C/D exit code for a failure of our own setup (reported on the status pipe)
 EXIT_GRACE_S = 5.0  # after the lifeline is dropped: P kills C after 2 s, so this is never reached
 
 # One re-entrant lock for the one-time set-up work: python_sandbox's mode probes, the compiled
@@ -69,7 +68,8 @@ class SandboxError(RuntimeError):
 # stdin of P: "<n>\n", n bytes of NUL-separated parameters (mode workdir cpu_s mem_bytes nproc
 #   fsize_bytes nofile uid tmp_mb wall_s total_cpu_s HOME TMPDIR [import paths...] -- [read-only
 #   paths...]), then the model's code; read fully by P before anything else.
-# Status pipe lines (to the parent): "start" (P exists), "warn <text>", "setup <error text>",
+# Status pipe lines (to the parent): "start" (P exists), "warn <text>", "setup <error text>" (a failure
+# of our own set-up; P, C or D then exits 70),
 # "timeout wall|cpu <value>" (C stopped the run at a limit of its own),
 # "exit <wait status> <cpu seconds> <maxrss KiB>" (C, when D is gone). P holds the status pipe until
 # C is reaped, so its EOF tells the parent that every process of the call is gone (namespace modes).
