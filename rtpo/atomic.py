@@ -233,9 +233,11 @@ def exclusive(target: str | os.PathLike, what: str = "writing") -> Iterator[Path
     the holder writes into the lock file). The kernel drops the lock when the holder exits or is
     killed, so a dead run never blocks its rerun; the lock file itself stays (removing it would let a
     third process lock a new file while the second still holds the old one)."""
-    target = Path(target)
+    # the lock of the resolved path: a link to a run directory (or a path through one) takes its target's
+    # lock, so two writers reaching one directory by two names still exclude each other
+    target = Path(target).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    lf = lock_file(target).resolve()
+    lf = lock_file(target)
     if lf in _held:  # this process holds it already (train_seeds, then train of one seed)
         fd, depth = _held[lf]
         _held[lf] = (fd, depth + 1)

@@ -84,7 +84,7 @@ def cmd_train(args) -> int:
     from rtpo.train import train_seeds
 
     summaries = train_seeds(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file,
-                            stamp=args.stamp, log=args.log)
+                            stamp=args.stamp, log=args.log, scope=args.scope, variant=args.variant)
     for summary in summaries.values():
         print(json.dumps(summary))
     return 0
@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--stamp", default=None,
                     help="the DAG's job guard: resume only run directories this job (this stamp) left running "
                          "(rtpo.checkpoints.job_guard)")
+    sp.add_argument("--scope", default="main",
+                    help="the run's scope in the experiment, written to its run.json: main, or an ablation study")
+    sp.add_argument("--variant", default="", help="the ablation variant (G3, kl-0.01, ...) or sweep cell (h4/psi-full)")
 
     sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
     sp.add_argument("--model", required=True, help="with several seeds a pattern with {seed}")

@@ -751,9 +751,9 @@ def test_record_that_contradicts_its_path_is_rejected(tmp_path):
 
 def test_one_table_by_name_writes_just_its_files_as_the_full_report_does(tree, tmp_path, capsys):
     """`rtpo report tables --only NAME` (the named Snakemake targets): the builder's tables, byte for byte as
-    the full report writes them, and no other file; the names are rtpo.grid's, in the registry's order;
+    the full report writes them, and no other file; the names are rtpo.experiment's, in the registry's order;
     an unknown name fails with exit 2 naming it and the known ones."""
-    from rtpo.grid import TABLE_NAMES
+    from rtpo.experiment import TABLE_NAMES
     from rtpo.report.tables import TABLES
 
     assert tuple(fn.__name__ for fn in TABLES) == TABLE_NAMES

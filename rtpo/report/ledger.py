@@ -20,7 +20,7 @@ builder per section below (registry `SECTIONS`, in ledger order), each returning
 
 Rows exist whatever the config runs: a comparison whose runs are absent has n = 0 and is
 inconclusive, and its note says what is missing. An ablation arm that is the main grid's configuration
-(rtpo.dag.Dag.reused) takes every seed the main grid ran (with_main_seeds). Windows over training steps are fractions of
+(its runs' run.json `copy_of`) takes every seed the main grid ran (with_main_seeds). Windows over training steps are fractions of
 the run (by step rank): "early" = first fifth, "late" = last fifth (paper: Step 10 vs Step 50 of 50).
 
 Writes claims.csv (numbers), claims.md and claims.tex (the ledger with its rules). Claims about
@@ -38,7 +38,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.grid import MAIN, Study
+from rtpo.experiment import MAIN, Study
 from rtpo.report.load import Results, benchmark_label
 from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
@@ -143,14 +143,9 @@ def _bench(b: str | None) -> str:
 
 
 def main_twin(res: Results, study: Study, variant: str, method: str) -> bool:
-    """Whether this ablation arm is the main grid's configuration (rtpo.dag.Dag.reused: its runs are copies of
-    the main runs, over every main seed): its per-seed values then come from every seed the main grid ran."""
-    try:
-        from rtpo.dag import Dag
-        cells = Dag(res.cfg).reused
-    except Exception:  # a partial config (tests, an old results tree): no arm counts as the main grid's
-        return False
-    return cells.get(f"{study.name}/{variant}/{study.task}/{method}") is not None
+    """Whether this ablation arm is the main grid's configuration: its runs say they are copies of main runs
+    (run.json `copy_of`, rtpo.experiment). Its per-seed values then come from every seed the main grid ran."""
+    return res.copies_main(study.name, variant, study.task, method)
 
 
 def with_main_seeds(res: Results, study: Study, variant: str, method: str, fetch: Callable[..., PerSeed]) -> PerSeed:
@@ -420,10 +415,11 @@ def group_size(res: Results) -> list[Claim]:
               {s: 100 * v - level.value for s, v in st(hi, "zero_adv_frac").items()}, evidence="table10_group_size",
               note=f"{hi} is the main grid's configuration: every main seed counts" if main_twin(res, gs, hi, m) else ""),
     ]
-    if "G2" in gs.variant_names() and "G3" in gs.variant_names():
+    g2, g3 = gs.variant_of(2), gs.variant_of(3)
+    if g2 and g3:
         out.append(Claim("G.2-G2-degenerate", PAPER["g2_degenerate"], "G = 2 degenerates (little relative signal)",
-                         "G2 − G3: zero_adv_frac averaged over steps", "pp",
-                         _pp(st("G2", "zero_adv_frac"), st("G3", "zero_adv_frac")), evidence="table10_group_size"))
+                         f"{g2} − {g3}: zero_adv_frac averaged over steps", "pp",
+                         _pp(st(g2, "zero_adv_frac"), st(g3, "zero_adv_frac")), evidence="table10_group_size"))
     return out
 
 
@@ -433,10 +429,10 @@ def _group_pair(res: Results, st: Study) -> tuple[str, str] | None:
     vs = sorted(st.variants, key=lambda v: float(v.value))
     if len(vs) < 2:
         return None
-    default = res.main_setting(st.methods[0], st.task, "group_size")
+    ref = st.variant_of(res.main_setting(st.methods[0], st.task, "group_size"))
     names = [v.name for v in vs]
-    if default is not None and f"G{default}" in names and names.index(f"G{default}") + 1 < len(names):
-        i = names.index(f"G{default}")
+    if ref is not None and names.index(ref) + 1 < len(names):
+        i = names.index(ref)
         return names[i], names[i + 1]
     return names[-2], names[-1]
 
