@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from rtpo.config import ConfigError
-from rtpo.experiment import (MAIN, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
+from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
                              data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp,
                              sweep_data_dir, sweep_data_sets, sweep_model_sets)
 
@@ -33,6 +33,11 @@ from rtpo.experiment import (MAIN, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, Ablat
 def keys_regex(keys: Iterable[str]) -> str:
     """A wildcard constraint matching exactly these keys (never matching when empty)."""
     return "|".join(re.escape(k) for k in sorted(keys)) or "(?!)"
+
+
+def key_args(scope: str, variant: str = "") -> str:
+    """`--scope S --variant V` of `rtpo train`: the run's key in the experiment, which it writes to run.json."""
+    return f"--scope {shlex.quote(scope)}" + (f" --variant {shlex.quote(variant)}" if variant else "")
 
 
 def set_args(sets: Iterable[str]) -> str:
@@ -131,7 +136,7 @@ class SeedJob:
 # exits 143 (Slurm signals every process of the job; no shell in between to die first).
 TRAIN_SHELL = ("exec rtpo train --config {params.config} --method {params.method} --task {params.task} "
                "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.sets} "
-               "--scope {params.scope} --variant {params.variant:q} "
+               "{params.key} "
                "--out {params.out} --stamp {params.stamp} {params.logs} > {log.job} 2>&1")
 
 
@@ -354,5 +359,5 @@ class Dag:
                           + self.ablation_targets(with_final=True)))
 
 
-__all__ = ["Dag", "SeedJob", "SearchData", "cross_reference_errors", "effective_config", "keys_regex", "set_args",
+__all__ = ["Dag", "SeedJob", "SearchData", "cross_reference_errors", "effective_config", "keys_regex", "key_args", "set_args",
            "TRAIN_SHELL", "ConfigError"]
