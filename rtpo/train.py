@@ -36,7 +36,7 @@ from typing import Any
 from rtpo.assembly import (SeedsFailed, build_engine, check_model_fits, env_factory, seed_dirs, seed_everything,
                            update_config)
 from rtpo.atomic import atomic_dir, atomic_write_text, exclusive, remove_leftovers
-from rtpo.checkpoints import (checkpoint_dirs, fault_point, job_complete, job_guard, load_checkpoint, run_identity,
+from rtpo.checkpoints import (CheckpointError, checkpoint_dirs, fault_point, job_complete, job_guard, load_checkpoint, run_identity,
                               save_checkpoint)
 from rtpo.config import method_settings
 from rtpo.data import load_tasks
@@ -91,7 +91,7 @@ def check_finite(rec: dict[str, Any], engine: Any, step: int, out: Path, ckpt: P
                              "written). Check the learning rate, temperature and other numeric settings")
 
 
-class RunMismatch(ValueError):
+class RunMismatch(CheckpointError):
     """A run directory that holds another run than the one asked for (exit 2 names the file)."""
 
 
