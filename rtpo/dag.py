@@ -247,12 +247,6 @@ class Dag:
         """The arm of a {cell} wildcard value, or of a {run} / {evalrun} value (cell key + /seedS, /eval_seedS)."""
         return self.cell_by_key[key] if key in self.cell_by_key else self.cell_by_key[key.rsplit("/", 1)[0]]
 
-    def run_of(self, scope: str, variant: str, task: str, method: str, seed: int | str) -> Run:
-        """The Run of a job's wildcards (its run.json: `rtpo train --run-key`)."""
-        from rtpo.experiment import RunKey
-
-        return self.experiment.run(RunKey(scope, variant, task, method, int(seed)))
-
     # ------------------------------------------------------------------ jobs of several seeds
     def seed_jobs(self, rule: str, seeds: Iterable[int]) -> list[SeedJob]:
         """The jobs of a per-seed rule family over `seeds` (`seeds_per_job` at a time): one wildcard

@@ -378,11 +378,5 @@ class LazyAgentLoopManager:
         return getattr(self._manager, name)
 
 
-def _td(d: dict[str, Any], n: int):
-    from tensordict import TensorDict
-
-    return TensorDict(d, batch_size=n)
-
-
 __all__ = ["RTPOChainTrainer", "RTPOEngineTrainer", "RTPOTrainerMixin", "LazyAgentLoopManager", "column",
            "masked_rollout_stats"]
