@@ -87,7 +87,7 @@ def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) 
     batch), each taking the next trajectory in eval-file order as soon as its last one ends and rolling
     it out on its own, so a trajectory's next turn is sent as soon as its tool call returns and the
     servers batch whatever is pending (continuous batching) instead of waiting for the slowest
-    trajectory of a turn wave. Never one thread per trajectory (issue 37: 10k threads hit a 4096
+    trajectory of a turn wave. Never one thread per trajectory (10k threads hit a 4096
     `ulimit -u`). What a trajectory samples depends on its seeds and contexts only, not on the
     schedule; results are in the order of `starts`. A failed trajectory cancels the ones not begun."""
     if not starts:

@@ -1,4 +1,4 @@
-"""The methods' cards (rtpo.methods.cards, issue 38.2): one place for what code may know about a method
+"""The methods' cards (rtpo.methods.cards): one place for what code may know about a method
 without importing it, agreeing with the classes and with the config schema's sync grammar."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""rtpo.dag, the workflow's Python without Snakemake (issue 19): the grid, the ablation cells, which
+"""rtpo.dag, the workflow's Python without Snakemake: the grid, the ablation cells, which
 cells reuse a main run, the settings fingerprints and their single source with the jobs.
 
 The configs are validated and their schema defaults filled as Snakemake does (`snakemake.utils.validate`).

@@ -1,4 +1,4 @@
-"""No run ends "fine" with wrong results (issue 39): one writer per run directory or eval output,
+"""No run ends "fine" with wrong results: one writer per run directory or eval output,
 finite numbers only, resumes that match the run they continue."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_cli_refuses_nan_lr_with_exit_2(setup, tmp_path):
 
 def test_training_stops_at_the_first_non_finite_step(setup):
     """A NaN that reaches training (here a NaN learning rate past the config check, as an overflow would):
-    before issue 39 the run exited 0 with every weight of final/ NaN and a bare NaN in metrics.jsonl."""
+    before the run guards the run exited 0 with every weight of final/ NaN and a bare NaN in metrics.jsonl."""
     from rtpo.train import NonFiniteError, train
 
     d, cfg = setup
@@ -183,7 +183,7 @@ def test_jsonl_is_strict_json(tmp_path):
 # ------------------------------------------------------------------------------ resumes that match
 @pytest.mark.parametrize("change", [("method", "grpo"), ("set", "method.rtpo.group_size=3")])
 def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
-    """Before issue 39, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
+    """Before the run guards, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
     rtpo, steps 1-2 grpo, and the summary said grpo."""
     from rtpo.checkpoints import CheckpointError
     from rtpo.train import train

@@ -1,4 +1,4 @@
-"""The mechanism sweep (issue 36.4): K-hop search questions, the sweep's cells and budgets, its DAG
+"""The mechanism sweep: K-hop search questions, the sweep's cells and budgets, its DAG
 target, and its report on constructed runs (the claim rows can come out either way)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ledger's verdicts say what the evidence can say (issue 36, point 1): kinds counted apart, the
+"""The ledger's verdicts say what the evidence can say: kinds counted apart, the
 paper's effect size excluded by a tight interval, theory rows that cannot decide, exact t quantiles.
 All on constructed inputs (no results tree)."""
 

@@ -1,4 +1,4 @@
-"""The Snakemake workflow (issue 6): config validation, the DAG of every config, lint, the smoke DAG
+"""The Snakemake workflow: config validation, the DAG of every config, lint, the smoke DAG
 end to end, reruns (params change, deleted seed) and submission through the real Slurm executor
 plugin with fake Slurm commands (tests/fake_slurm/).
 
@@ -289,7 +289,7 @@ def test_slurm_profile_selects_paper_and_gpus(wf):
     for rule in [f"train_{m}" for m in load("paper")["method"] if m != "vanilla"] + ["ablation_train"]:
         res = profile["set-resources"][rule]
         assert res["gpu"] >= 1 and {"runtime", "mem_mb", "cpus_per_task", "slurm_partition"} <= set(res), rule
-    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing (issue 15)
+    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing
     env = {"RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
     r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -308,7 +308,7 @@ def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
     evaluation job runs `rtpo evaluate --engine verl` and asks for at least
     verl.tensor_parallel_size x verl.eval_replicas GPUs (what rtpo evaluate checks at start); the
     vanilla "training" jobs (train.steps 0: a copy of the base model) ask for no GPU and go to the
-    CPU partition (issue 15)."""
+    CPU partition."""
     env = {"PATH": f"{FAKE_SLURM}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "FAKE_SLURM_DIR": str(tmp_path), "RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu",
            "RTPO_SLURM_GPU_PARTITION": "gpu"}

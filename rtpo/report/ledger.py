@@ -725,7 +725,7 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     df = full[~is_timing].drop(columns="timing").reset_index(drop=True)
     paths = [out / "claims.csv", out / "claims.md", out / "claims.tex", out / "timing_claims.csv",
              out / "timing_claims.md"]
-    atomic_call(paths[0], df.to_csv, index=False)  # issue 20: renamed into place
+    atomic_call(paths[0], df.to_csv, index=False)  # renamed into place
     atomic_call(paths[3], timing.to_csv, index=False)
     summary, tsummary = counts_text(df), counts_text(timing)
     disp = ledger_display(df, str(res.cfg.get("name", "ours")))

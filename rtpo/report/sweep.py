@@ -1,4 +1,4 @@
-"""The mechanism sweep's report (`rtpo report sweep`, rule sweep_report; config `sweep`; issue 36.4).
+"""The mechanism sweep's report (`rtpo report sweep`, rule sweep_report; config `sweep`).
 
 The paper's central mechanism (§1, §2.1, §F.1-F.2): a flat method samples turn k under c_k = psi(S_k)
 but scores it under the full history, so the rollout-training mismatch grows with the turns a psi

@@ -55,7 +55,7 @@ and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a 
 Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
 evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
 vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
-Estimates, printed, never failing (issue 37.5): per cell the shared-filesystem disk of a run
+Estimates, printed, never failing: per cell the shared-filesystem disk of a run
 (`checkpoint_disk`: one checkpoint of the actor's save_contents x train.checkpoint_keep + final/) and
 the config's total over its runs; the step time (`run_time`: generated tokens per step at the caps /
 verl.step_tokens_per_gpu_s x GPUs) and run time, which warn when a rule's longest run exceeds the
@@ -458,7 +458,7 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
                    "entropy grad": kind, "context bound": context_bound(method, P, R)}
-    # shared-filesystem disk and the step time (issue 37.5)
+    # shared-filesystem disk and the step time
     cell.disk, cell.time = checkpoint_disk(shape, ov), run_time(c, method, task, ov, R, n)
     cell.values.update({"ckpt GB": round(cell.disk.checkpoint / GB, 1), "ckpt keep": cell.disk.keep,
                         "GB/run": round(cell.disk.run / GB, 1), "tok/step M": round(cell.time.step_tokens / 1e6, 2),
@@ -467,7 +467,7 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
 
 
 def context_bound(method: str, P: int, R: int) -> str:
-    """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
+    """What ends a trajectory of `method` for its context length, as the rollout applies it:
     turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
     full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
     (the methods' cards, rtpo.methods.cards, not the registry: the check runs in `snakemake -n`, without torch.)"""

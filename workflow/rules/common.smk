@@ -73,7 +73,7 @@ except ConfigError as e:
 # 2. GPUs under a Slurm profile
 # ---------------------------------------------------------------------------------------------
 def check_slurm_gpu_resources(cfg):
-    """Refuse to submit GPU jobs without a GPU (issue 20).
+    """Refuse to submit GPU jobs without a GPU.
 
     Snakemake turns a profile's `set-resources` into a default of the --set-resources argument, so a
     --set-resources on the command line replaces the profile's whole section (snakemake/cli.py,
