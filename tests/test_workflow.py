@@ -361,11 +361,17 @@ def test_smoke_dag_end_to_end(smoke_results, tmp_path):
     abl = sorted((work / "results" / "ablations").glob("*/*/*/*/eval_seed*.json"))
     assert cfg["seeds"] == cfg["ablations"]["seeds"]  # copied and trained arms: one eval file per seed each
     assert len(abl) == ablation_arm_count(cfg) * len(cfg["seeds"])
-    reused = sorted((work / "results" / "ablations").glob("*/*/*/*/seed*/reused_from.txt"))
+    # a copied arm says so in its run.json (copy_of: the main run), under its own key
+    records = [json.loads(p.read_text()) for p in (work / "results" / "ablations").glob("*/*/*/*/seed*/run.json")]
+    reused = [r for r in records if r["copy_of"] is not None]
     assert reused, "smoke.yaml has variants identical to main runs (G2, per_stage, on_policy)"
-    for marker in reused:
-        src = work / marker.read_text().strip()
-        assert (marker.parent / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+    for rec in reused:
+        src = work / "results" / "runs" / rec["copy_of"]["task"] / rec["copy_of"]["method"] / f"seed{rec['copy_of']['seed']}"
+        arm = (work / "results" / "ablations" / rec["key"]["scope"] / rec["key"]["variant"] / rec["key"]["task"]
+               / rec["key"]["method"] / f"seed{rec['key']['seed']}")
+        assert (arm / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+        assert json.loads((src / "run.json").read_text())["settings"] == rec["settings"]
+    assert all(r["steps"]["completed"] == r["steps"]["planned"] for r in records)
     assert any((work / "results" / "theory").iterdir())
     tables = work / "results" / "tables"
     for ext in ("csv", "md", "tex"):
