@@ -138,6 +138,12 @@ def cmd_report(args) -> int:
     return report_main(args)
 
 
+def cmd_tensorboard(args) -> int:
+    from rtpo.tracking import main_convert
+
+    return main_convert(args.paths, args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rtpo", description=__doc__)
     sub = p.add_subparsers(dest="verb", required=True)
@@ -209,6 +215,17 @@ def build_parser() -> argparse.ArgumentParser:
              "and the Slurm profile's resources (exit 2 naming the cell and key on a failure)")
     sp.add_argument("--profile", default=CHECK_PROFILE,
                     help="Snakemake profile directory whose set-resources to check (none: skip)")
+
+    sp = sub.add_parser("tensorboard", help="TensorBoard events from finished runs' metrics.jsonl",
+                        description="Write TensorBoard event files for existing metrics.jsonl files (runs made "
+                        "before logging.backends had tensorboard, or copied from a cluster), under the tags "
+                        "live runs use (rtpo/...). Then: tensorboard --logdir DIR.")
+    sp.set_defaults(fn=cmd_tensorboard)
+    sp.add_argument("paths", nargs="+", metavar="PATH",
+                    help="a metrics.jsonl, or a directory searched for them (e.g. results/runs)")
+    sp.add_argument("--out", default=None,
+                    help="write the events under this directory, mirroring each run's path (default: beside "
+                         "each metrics.jsonl, replacing events there)")
 
     sp = add("report", cmd_report, "tables, figures and the claim ledger (also: rtpo report compare|reference|summary|claims-map -h)")
     sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"])
