@@ -211,7 +211,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"trainer.max_actor_ckpt_to_keep={keep_ckpt}", f"trainer.max_critic_ckpt_to_keep={keep_ckpt}",
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.resume_mode=auto",
         f"trainer.default_local_dir={out / 'checkpoint'}",
-        # logging.backends (rtpo.tracking): TensorBoard events land in the run directory (verl_env's TENSORBOARD_DIR)
+        # logging.backends (rtpo.tracking): TensorBoard events land in the run directory (the trainer sets TENSORBOARD_DIR)
         f"trainer.logger={hydra_value(tracking_backends(cfg), 'logging.backends')}",
         "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={mode}",
@@ -313,14 +313,11 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
     ]
 
 
-def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None,
-             run_dir: str | Path | None = None) -> dict[str, str]:
+def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
     """Environment of the main_ppo process (Ray workers inherit it on a local cluster). `logger`: verl's
     trainer.logger list; a user who names wandb decides WANDB_MODE (online, offline), otherwise wandb is
-    kept off. `run_dir`: where verl's TensorBoard adapter writes (beside metrics.jsonl)."""
+    kept off."""
     env = dict(os.environ if base is None else base)
-    if run_dir is not None:
-        env["TENSORBOARD_DIR"] = str(run_dir)
     root = str(HERE.parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["VERL_USE_EXTERNAL_MODULES"] = CPU_MODULES if cpu else PLUGIN_MODULES
@@ -553,7 +550,7 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     with open(log, "a") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         f.flush()
-        rc = subprocess.call(cmd, env=verl_env(cpu, logger=tracking_backends(cfg), run_dir=out), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
+        rc = subprocess.call(cmd, env=verl_env(cpu, logger=tracking_backends(cfg)), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
     if rc != 0:
         tail = log.read_text().splitlines()[-40:]
         print("\n".join(tail), file=sys.stderr)

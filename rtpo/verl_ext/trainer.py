@@ -87,6 +87,9 @@ class RTPOTrainerMixin:
         self.replay_buffer = self._build_replay_buffer()
         path = self.rtpo.get("metrics_path")
         self.jsonl = JsonlWriter(path) if path else None
+        if path:  # verl's TensorBoard logger (trainer.logger) writes beside metrics.jsonl; set here, in the
+            # trainer's own process: a Ray worker has the cluster's environment, not main_ppo's
+            os.environ["TENSORBOARD_DIR"] = str(Path(path).parent)
         self._measure: list[tuple[float, float, int]] = []
 
     def _load_checkpoint(self):
