@@ -21,6 +21,7 @@ from snakemake.utils import validate
 
 from rtpo import dag, grid
 from rtpo.config import SCHEMA, ConfigError, retype_command_line
+from rtpo.report.landing import landing_page
 
 
 # ---------------------------------------------------------------------------------------------
