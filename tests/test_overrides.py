@@ -55,3 +55,11 @@ def test_retype_command_line_unit():
     keep = {"method": {"rtpo": {"sync": "interval:2"}}}
     retype_command_line(keep, {"method": {"rtpo": {"sync": "interval:2"}}})
     assert keep["method"]["rtpo"]["sync"] == "interval:2"
+
+
+@pytest.mark.parametrize("name", ["config", "smoke", "paper", "smollm2"])
+def test_lint_is_clean_for_every_config(wf, name):
+    """`snakemake --lint` has no lint for any shipped config (the no-sweep stub rule included)."""
+    r = run_snakemake(wf, "--lint", "--configfile", f"config/{name}.yaml")
+    assert r.returncode == 0 and "Congratulations, your workflow is in a good condition!" in r.stdout + r.stderr, \
+        (r.stdout + r.stderr)[-3000:]
