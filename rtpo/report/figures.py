@@ -204,7 +204,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
     with _style():
         fig, axes = plt.subplots(2, len(tasks), figsize=(_width(len(tasks)), 7.0), squeeze=False, sharex="col")
         for j, t in enumerate(tasks):
-            if not _plot_curves(axes[0, j], res, t, "reward_mean"):
+            if not _plot_curves(axes[0, j], res, t, "reward_mean", dodge=DODGE):
                 _empty(axes[0, j])
             axes[0, j].set_title(t, fontsize=12)
             axes[0, j].set_ylabel("mean terminal reward" if j == 0 else "")
@@ -212,7 +212,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
             if len(rew) and rew.min() >= 0:  # non-negative rewards: start the axis at 0
                 _from_zero(axes[0, j], 0.1)
             col = res.online_column(t)
-            if not _plot_curves(axes[1, j], res, t, col, 100):
+            if not _plot_curves(axes[1, j], res, t, col, 100, dodge=DODGE):  # success: few values, often equal
                 _empty(axes[1, j])
             _from_zero(axes[1, j], 10.0)
             axes[1, j].set_ylabel(("held-out success (%)" if col == "heldout_success" else
@@ -220,7 +220,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
             axes[1, j].set_xlabel("training step")
             _int_steps(axes[1, j])
         fig.suptitle(f"Training curves: mean reward of each step's trajectories; success on a fixed held-out batch "
-                     f"where recorded\n{band_note(res)}", fontsize=12)
+                     f"where recorded\n{band_note(res)}; methods' points side by side around each step", fontsize=12)
         _legend_below(fig, axes, order=[method_label(m) for m in res.cfg.get("methods", [])])
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         return _save(fig, outdir, "fig_training_curves")
