@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "vemlp_wandb
 # a record's identity and bookkeeping, not a quantity to plot
 SKIP = frozenset({"step", "seed", "method", "task", "psi", "engine", "weight_version", "train_version"})
 EVENTS_GLOB = "events.out.tfevents.*"
+# One events file per run, always this name: TensorBoard reads any file with "tfevents" in its name, and
+# a fixed one keeps a resumed run's directory the same as an uninterrupted run's (torch's SummaryWriter
+# names a file by time, host and pid, a new one per attempt)
+EVENTS_FILE = "events.out.tfevents.rtpo"
 
 
 def backends(cfg: dict[str, Any]) -> list[str]:
@@ -68,11 +73,51 @@ def scalars(rec: dict[str, Any], prefix: str = "rtpo") -> dict[str, float]:
     return out
 
 
+class EventsWriter:
+    """Scalars into one TensorBoard events file (`EVENTS_FILE` in `logdir`), written with TensorBoard's
+    own event protos and record writer; `records` (metrics.jsonl records) are written first, so a
+    resumed run's file is rebuilt from the records it kept, then continued."""
+
+    def __init__(self, logdir: str | Path, records: list[dict[str, Any]] = ()):
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        self._Event = Event
+        logdir = Path(logdir)
+        logdir.mkdir(parents=True, exist_ok=True)
+        for f in logdir.glob(EVENTS_GLOB):  # an earlier attempt's or converter's events: replaced
+            f.unlink()
+        self.path = logdir / EVENTS_FILE
+        self._file = open(self.path, "wb")
+        self._writer = RecordWriter(self._file)
+        self._writer.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+        for i, rec in enumerate(records):
+            self.write(scalars(rec), int(rec.get("step", i)), flush=False)
+        self.flush()
+
+    def write(self, data: dict[str, float], step: int, flush: bool = True) -> int:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        if data:
+            summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in data.items()])
+            self._writer.write(self._Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+        if flush:
+            self.flush()
+        return len(data)
+
+    def flush(self) -> None:
+        self._writer.flush()  # `tensorboard` reads the file while the run goes on
+
+    def close(self) -> None:
+        self._writer.close()
+
+
 class RunTracker:
     """The local engine's live tracking of one run: `log(rec)` after each metrics.jsonl record.
 
-    TensorBoard events go to `run_dir` itself. A resumed run starts at step `start`: the writer purges
-    events of steps >= start left by the interrupted attempt, as metrics.jsonl drops their records."""
+    TensorBoard events go to `run_dir` itself. A resumed run starts at step `start` with metrics.jsonl
+    holding the records of the steps before it: the events file is rebuilt from those, so it never has
+    the interrupted attempt's later steps twice."""
 
     def __init__(self, run_dir: str | Path, names: list[str], experiment: str, start: int = 0,
                  config: dict[str, Any] | None = None):
@@ -83,11 +128,9 @@ class RunTracker:
         self._tb = None
         self._other = None
         if "tensorboard" in names:
-            if start == 0:  # a fresh start: the events of an earlier attempt go with its metrics.jsonl
-                for f in self.run_dir.glob(EVENTS_GLOB):
-                    f.unlink()
+            kept = _records(self.run_dir / "metrics.jsonl") if start else []
             try:
-                self._tb = writer(self.run_dir, purge_step=start or None)
+                self._tb = EventsWriter(self.run_dir, [r for r in kept if int(r.get("step", -1)) < start])
             except ImportError as e:  # a library install without tensorboard: metrics.jsonl is the record anyway
                 print(f"rtpo: no TensorBoard events for {self.run_dir} ({e}); pip install tensorboard, or "
                       "`rtpo tensorboard` after the run", file=sys.stderr)
@@ -103,9 +146,7 @@ class RunTracker:
     def log(self, rec: dict[str, Any]) -> None:
         data, step = scalars(rec), int(rec.get("step", 0))
         if self._tb is not None:
-            for tag, v in data.items():
-                self._tb.add_scalar(tag, v, step)
-            self._tb.flush()  # `tensorboard` reads the file while the run goes on
+            self._tb.write(data, step)
         if self._other is not None:
             self._other.log(data, step)
 
@@ -118,10 +159,20 @@ class RunTracker:
             self._other = None
 
 
-def writer(logdir: str | Path, purge_step: int | None = None):
-    from torch.utils.tensorboard import SummaryWriter  # tensorboard package: the dev install has it (verl needs it)
-
-    return SummaryWriter(str(logdir), purge_step=purge_step)
+def _records(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's records; a line that is not a JSON object is an error naming the file and line."""
+    recs = []
+    for i, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not JSON ({e})") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{i}: a record must be a JSON object, got {type(rec).__name__}")
+        recs.append(rec)
+    return recs
 
 
 def convert(metrics: str | Path, logdir: str | Path | None = None) -> tuple[Path, int]:
@@ -130,29 +181,12 @@ def convert(metrics: str | Path, logdir: str | Path | None = None) -> tuple[Path
     object is an error naming the file and line."""
     metrics = Path(metrics)
     logdir = Path(logdir) if logdir is not None else metrics.parent
-    recs = []
-    for i, line in enumerate(metrics.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{metrics}:{i}: not JSON ({e})") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{metrics}:{i}: a record must be a JSON object, got {type(rec).__name__}")
-        recs.append(rec)
-    logdir.mkdir(parents=True, exist_ok=True)
-    for f in logdir.glob(EVENTS_GLOB):
-        f.unlink()
-    w, n = writer(logdir), 0
-    try:
-        for i, rec in enumerate(recs):
-            for tag, v in scalars(rec).items():
-                w.add_scalar(tag, v, int(rec.get("step", i)))
-                n += 1
-    finally:
-        w.close()
-    return logdir, n
+    if not metrics.is_file():
+        raise FileNotFoundError(f"{metrics}: no such file")
+    recs = _records(metrics)
+    w = EventsWriter(logdir, recs)
+    w.close()
+    return logdir, sum(len(scalars(r)) for r in recs)
 
 
 def main_convert(paths: list[str], out: str | None = None) -> int:

@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench_tracking.py [--steps 200]
 
-Prints the one-off cost (importing torch.utils.tensorboard and opening the writer, torch already
-imported as in `rtpo train`) and the cost per training step of logging a record shaped like the
+Prints the one-off cost (importing TensorBoard's event protos and opening the events file, torch
+already imported as in `rtpo train`) and the cost per training step of logging a record shaped like the
 CPU default's RTPO records (46 scalars: rtpo/..., turns, mismatch, tokens, time) with a flush.
 """
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         t2 = time.perf_counter()
         tr.close()
         size = sum(p.stat().st_size for p in Path(d).iterdir())
-    print(f"tensorboard import + writer: {t1 - t0:.2f} s once per process")
+    print(f"tensorboard protos + events file: {t1 - t0:.2f} s once per process")
     print(f"per step ({len(scalars(record(0)))} scalars + flush): {(t2 - t1) / a.steps * 1e3:.2f} ms "
           f"over {a.steps} steps; events file {size / a.steps:.0f} bytes per step")
     return 0
