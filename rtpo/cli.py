@@ -275,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a metrics.jsonl, or a directory searched for them (e.g. results/runs)")
     sp.add_argument("--out", default=None,
                     help="write the events under this directory, mirroring each run's path (default: beside "
-                         "each metrics.jsonl, replacing events there)")
+                         "each metrics.jsonl, replacing the rtpo events file there; verl's own events are kept)")
 
     sp = add("retrieval", None, "retrieval tools: " + ", ".join(RETRIEVAL_TOOLS) + " (rtpo retrieval TOOL -h)",
              config=False)

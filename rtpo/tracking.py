@@ -32,7 +32,6 @@ DEFAULT_BACKENDS = ("console", "tensorboard")
 BACKENDS = ("console", "tensorboard", "wandb", "mlflow", "swanlab", "vemlp_wandb", "clearml", "trackio", "file")
 # a record's identity and bookkeeping, not a quantity to plot
 SKIP = frozenset({"step", "seed", "method", "task", "psi", "engine", "weight_version", "train_version"})
-EVENTS_GLOB = "events.out.tfevents.*"
 # One events file per run, always this name: TensorBoard reads any file with "tfevents" in its name, and
 # a fixed one keeps a resumed run's directory the same as an uninterrupted run's (torch's SummaryWriter
 # names a file by time, host and pid, a new one per attempt)
@@ -85,9 +84,8 @@ class EventsWriter:
         self._Event = Event
         logdir = Path(logdir)
         logdir.mkdir(parents=True, exist_ok=True)
-        for f in logdir.glob(EVENTS_GLOB):  # an earlier attempt's or converter's events: replaced
-            f.unlink()
-        self.path = logdir / EVENTS_FILE
+        self.path = logdir / EVENTS_FILE  # an earlier attempt's or conversion's file is replaced; other
+        # events files (verl's own at paper scale, named by time and host) are left alone
         self._file = open(self.path, "wb")
         self._writer = RecordWriter(self._file)
         self._writer.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
@@ -177,7 +175,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def convert(metrics: str | Path, logdir: str | Path | None = None) -> tuple[Path, int]:
     """Write TensorBoard events for an existing metrics.jsonl (into `logdir`, default its own
-    directory, replacing events there). Returns (logdir, scalars written). A line that is not a JSON
+    directory; its EVENTS_FILE replaced). Returns (logdir, scalars written). A line that is not a JSON
     object is an error naming the file and line."""
     metrics = Path(metrics)
     logdir = Path(logdir) if logdir is not None else metrics.parent
