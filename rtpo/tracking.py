@@ -125,11 +125,14 @@ class RunTracker:
             raise ValueError(f"logging.backends: unknown backend(s) {unknown}; choose from {list(BACKENDS)}")
         self._tb = None
         self._other = None
-        if "tensorboard" in names:
-            kept = _records(self.run_dir / "metrics.jsonl") if start else []
-            try:
-                self._tb = EventsWriter(self.run_dir, [r for r in kept if int(r.get("step", -1)) < start])
-            except ImportError as e:  # a library install without tensorboard: metrics.jsonl is the record anyway
+        self._start, self._tb_wanted = start, "tensorboard" in names
+        if start == 0:  # a fresh start: an earlier attempt's events go with its metrics.jsonl
+            (self.run_dir / EVENTS_FILE).unlink(missing_ok=True)
+        if self._tb_wanted:
+            try:  # the file itself is opened at the first step (a run of 0 steps, vanilla, writes none)
+                import tensorboard.summary.writer.record_writer  # noqa: F401
+            except ImportError as e:
+                self._tb_wanted = False  # a library install without tensorboard: metrics.jsonl is the record anyway
                 print(f"rtpo: no TensorBoard events for {self.run_dir} ({e}); pip install tensorboard, or "
                       "`rtpo tensorboard` after the run", file=sys.stderr)
         rest = [b for b in names if b not in ("console", "tensorboard")]
@@ -143,6 +146,9 @@ class RunTracker:
 
     def log(self, rec: dict[str, Any]) -> None:
         data, step = scalars(rec), int(rec.get("step", 0))
+        if self._tb is None and self._tb_wanted:
+            kept = _records(self.run_dir / "metrics.jsonl") if self._start else []
+            self._tb = EventsWriter(self.run_dir, [r for r in kept if int(r.get("step", -1)) < self._start])
         if self._tb is not None:
             self._tb.write(data, step)
         if self._other is not None:

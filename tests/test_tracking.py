@@ -68,6 +68,16 @@ def test_logging_without_tensorboard_writes_no_events(inputs):
     assert (out / "metrics.jsonl").exists() and not list(out.glob("events.out.tfevents.*"))
 
 
+def test_a_run_of_no_steps_writes_no_events(inputs):
+    """vanilla (train.steps 0): no metrics.jsonl, and no events file either."""
+    from rtpo.train import train
+
+    d, cfg = inputs
+    out = d / "vanilla"
+    train("vanilla", "airline", cfg, 0, out, d / "model", d / "data/train.jsonl", progress=False)
+    assert (out / "summary.json").exists() and not list(out.glob("events.out.tfevents.*"))
+
+
 def test_rtpo_tensorboard_converts_a_finished_run(inputs, tmp_path, capsys):
     """`rtpo tensorboard RUNS --out DIR`: each metrics.jsonl under RUNS gets events under DIR at its own
     relative path, with the live run's tags and values; a broken line is exit 2 naming file and line."""
