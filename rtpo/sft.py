@@ -301,7 +301,7 @@ def build_sweep_base_model(cfg: dict[str, Any], init_dir: str | Path, demo_files
     sweep.sft_epochs on the sweep's expert demonstrations of every horizon K (`demo_files`): each as a
     full conversation, and a sft.turn_fraction of them per turn under each non-full psi of the sweep
     in turn, so every cell starts from the same weights and has seen the contexts its psi produces.
-    `cfg` is the config with the sweep's model override applied (rtpo.dag.sweep_model_sets)."""
+    `cfg` is the config with the sweep's model override applied (rtpo.experiment.sweep_model_sets)."""
     from rtpo.engine.local import load_hf_model
     from rtpo.inputs import jsonl_lines
 
