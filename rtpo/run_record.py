@@ -24,6 +24,7 @@ import copy
 import functools
 import hashlib
 import json
+import math
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -131,11 +132,23 @@ def read_record(run_dir: str | Path) -> dict[str, Any] | None:
     return doc
 
 
+def _strict(obj: Any) -> Any:
+    """`obj` with every non-finite float as None: run.json is strict JSON even for a setting that is not
+    finite (a NaN learning rate past the config check, which the training loop then stops on)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def write_record(run_dir: str | Path, record: Mapping[str, Any]) -> Path:
     from rtpo.atomic import atomic_write_text
 
     path = Path(run_dir) / RUN_FILE
-    atomic_write_text(path, json.dumps(record, indent=1, sort_keys=True, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(_strict(record), indent=1, sort_keys=True, allow_nan=False) + "\n")
     return path
 
 
