@@ -146,10 +146,6 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
     steps = int(tr["steps"])
-    key = {"scope": scope, "variant": variant, "task": task, "method": method, "seed": int(seed)}
-    record = make_record(key, {"engine": cfg.get("engine", "local"), "verl": cfg.get("verl"), **s}, train_file,
-                         model_dir, planned=steps)
-    check_resume(out, out / "checkpoint", record, steps)
     check_model_fits(model_dir, cfg)
     seed_everything(seed)
     tasks, heldout = heldout_split(load_tasks(train_file, kind=task), int(tr.get("heldout_prompts", 0)))
@@ -158,6 +154,10 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
     roller = Roller(engine, env_factory(env_cfg), psi, params, rows=get_method(method).rows)
     algo = get_method(method)(engine, roller, mcfg, update_config(tr), float(tr["temperature"]))
 
+    key = {"scope": scope, "variant": variant, "task": task, "method": method, "seed": int(seed)}
+    record = make_record(key, {"engine": cfg.get("engine", "local"), "verl": cfg.get("verl"), **s}, train_file,
+                         model_dir, planned=steps)
+    check_resume(out, out / "checkpoint", record, steps)   # after the inputs are read, before anything changes
     log = JsonlWriter(out / "metrics.jsonl")  # creates `out`, once every input has been read
     ckpt = out / "checkpoint"
     identity = run_identity(method, task, seed, s, model_dir)
