@@ -252,7 +252,9 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         if not Path(m["path"]).exists() and m.get("hub_id"):  # paper scale: fetch once (cluster has network)
             from huggingface_hub import snapshot_download
             snapshot_download(m["hub_id"], local_dir=m["path"])
-        model, tok = load_hf_model(m["path"])
+        # the weights' own dtype (Qwen3-8B: bf16), which final/ and evaluation inherit (launch.export_dtype);
+        # a warm start below trains in fp32 and is cast back before the save
+        model, tok = load_hf_model(m["path"], dtype="auto")
     elif m["source"] == "gguf":
         from rtpo.models_gguf import load_smollm2
         model, tok = load_smollm2(m)
@@ -261,8 +263,13 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
     s = cfg.get("sft", {})
     # the warm start's floating-point sums depend on the thread count (sft.threads, fixed by the config):
     # the same count gives bit-identical weights on a rerun, another count other weights (README)
+    own_dtype = next(model.parameters()).dtype
     summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters()),
                                "threads": torch.get_num_threads(), "model_settings": model_settings(cfg)}
+    if m["source"] == "hf":
+        summary["dtype"] = str(own_dtype).removeprefix("torch.")
+    if own_dtype != torch.float32 and (int(s.get("copy_pretrain_steps", 0)) > 0 or s.get("epochs", 0) > 0):
+        model.float()  # optimizer steps on fp32 weights; saved in own_dtype
     if int(s.get("copy_pretrain_steps", 0)) > 0:
         cl = copy_pretrain(model, tok, int(s["copy_pretrain_steps"]), float(s.get("copy_pretrain_lr", 6e-3)), seed=seed)
         k = max(1, len(cl) // 10)  # the loss curve in tenths: plateau, then the drop
@@ -278,6 +285,7 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
                      bool(s.get("bf16", False)), seed=seed, max_len=model.config.max_position_embeddings)
         summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses)
     model.eval()
+    model.to(own_dtype)
     summary["wall_s"] = time.perf_counter() - t0
     save_base_model(model, tok, summary, out)
     return summary

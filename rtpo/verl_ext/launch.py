@@ -48,6 +48,8 @@ from typing import Any
 from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 
+STOPPED_FILE = "stopped_for_retry.json"  # rtpo.verl_ext.trainer.STOPPED_FILE (that module imports verl)
+
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
 SLURM_SCRIPT = HERE / "slurm_ray.sh"
@@ -356,6 +358,44 @@ def prepare_data(cfg: dict[str, Any], task: str, train_file: str | Path, out: Pa
             write_parquet(val, d / "val.parquet", env, factory))
 
 
+STOP_FILE = "stop_requested"  # in the run directory: a signal reached `rtpo train` (rtpo.signals)
+
+
+def stop_overrides(stop_file: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The trainer's stop settings: the stop file it polls at each step boundary, the job's deadline
+    (rtpo.signals.job_deadline: RTPO_JOB_DEADLINE, SLURM_JOB_END_TIME or squeue; none outside a job)
+    and the margin kept before it."""
+    from rtpo.signals import job_deadline, stop_margin
+
+    o = [f"+rtpo.stop_file={hydra_value(str(stop_file))}", f"+rtpo.stop_margin_s={stop_margin(env)}"]
+    deadline = job_deadline(env)
+    if deadline is not None:
+        o.append(f"+rtpo.deadline={float(deadline)}")
+    return o
+
+
+def run_until_stopped(cmd: list[str], env: dict[str, str], log: Any, cwd: Path, stop_file: Path) -> int:
+    """Run verl's main_ppo; SIGTERM, SIGUSR1 or a first Ctrl-C to this process write `stop_file`, which
+    the trainer (in a Ray actor, out of reach of our signals) reads at its next step boundary: it saves
+    that step and returns, and main_ppo exits 0 with trainer's STOPPED_FILE written."""
+    from rtpo.signals import StopOnSigterm
+
+    def request(signum: int) -> None:
+        import signal
+
+        stop_file.write_text(f"{signal.Signals(signum).name} to rtpo train (pid {os.getpid()})\n")
+
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(cwd))
+    with StopOnSigterm(on_request=request):
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # a second Ctrl-C: stop verl now
+                proc.terminate()
+                proc.wait()
+                raise
+
+
 def command(overrides: list[str], python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
 
@@ -539,17 +579,29 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
     keep = checkpoint_keep(s["train"])
     prune_checkpoints(out, keep)  # an earlier attempt's older checkpoints: verl's rotation never sees them
+    stop_file, stopped = out / STOP_FILE, out / "checkpoint" / STOPPED_FILE
+    stop_file.unlink(missing_ok=True)
+    stopped.unlink(missing_ok=True)
+    cmd += stop_overrides(stop_file)
     t0 = time.perf_counter()
     log = out / "verl.log"
     with open(log, "a") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         f.flush()
-        rc = subprocess.call(cmd, env=verl_env(cpu), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
+        rc = run_until_stopped(cmd, verl_env(cpu), f, out, stop_file)
+    stop_file.unlink(missing_ok=True)
     if rc != 0:
         tail = log.read_text().splitlines()[-40:]
         print("\n".join(tail), file=sys.stderr)
         print(f"rtpo train --engine verl: verl exited with {rc}; full log: {log}", file=sys.stderr)
         return rc
+    if stopped.exists():  # the trainer saved a step early (signal or deadline): the job's retry resumes
+        from rtpo.signals import Stopped
+
+        info = json.loads(stopped.read_text())
+        stopped.unlink()
+        raise Stopped(f"stopped after step {info['step']} of {info['of']} ({info['why']}); checkpoint saved: "
+                      f"{info['checkpoint']}; the same command resumes from it")
     export_final(out, args.model)
     prune_checkpoints(out, keep)
     from rtpo.instrument import JsonlWriter, run_summary
