@@ -545,7 +545,7 @@ def _int(x: Any, default: int = 0) -> int:
         return default
 
 
-def job_progress(c: CellReport, runtime: int, retries: int, caps: bool = False) -> list[str]:
+def job_progress(c: CellReport, runtime: int, retries: int | None, caps: bool = False) -> list[str]:
     """Why one training cell's jobs cannot make progress within its rule's Slurm runtime (minutes);
     [] when they can.
 
@@ -579,7 +579,7 @@ def job_progress(c: CellReport, runtime: int, retries: int, caps: bool = False) 
                    f"margin): a job that cannot learn its deadline (no squeue) never saves; set "
                    f"train.checkpoint_every <= {per_job}")
     jobs = math.ceil(t.steps / per_job)
-    if jobs > 1 + retries:
+    if retries is not None and jobs > 1 + retries:
         out.append(f"{c.cell}: {t.steps} steps at {per_job} per job ({what}) need {jobs} jobs > 1 + retries "
                    f"({retries}); raise the profile's `retries` to {jobs - 1} (each retry resumes), or rerun "
                    "`snakemake --profile slurm` until it is done")
@@ -603,7 +603,8 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
     retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
         if (search.get("retriever") or {}).get("url") == "auto" else 0
     defaults = resources.get("*", {})
-    retries = _int((resources.get(PROFILE_SETTINGS) or {}).get("retries"), 0)
+    # None: unknown (the DAG's check while Snakemake parses): the jobs a run needs are not counted
+    retries = _int(resources[PROFILE_SETTINGS].get("retries"), 0) if PROFILE_SETTINGS in resources else None
     rows, findings, warnings = [], [], []
 
     def get(rule: str) -> dict[str, Any]:
