@@ -65,7 +65,8 @@ def test_every_paper_cell_passes_with_its_arithmetic():
     assert rep.evals[0].ok and rep.evals[0].values["GPUs"] == 4
     # issue 37.1: each method's context bound, side by side (RTPO's c_k against the baselines' episode)
     assert v["rtpo/math"]["context bound"] == "c_k <= 8192, turn <= 4096"
-    assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 8192")
+    # under psi = full c_k is the episode: RTPO-CA gets the flat rows' total context (tests/test_equal_context.py)
+    assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 17408")
     assert v["grpo/math"]["context bound"] == f"episode <= {v['grpo/math']['P+R']}"
     table = st.format_report(rep)
     assert "| context bound |" in table and "| rtpo/search | c_k <= 8192, turn <= 4096 |" in table

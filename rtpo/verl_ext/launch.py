@@ -131,31 +131,37 @@ def use_cpu_harness(cfg: dict[str, Any]) -> bool:
         return True
 
 
-def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int, int]:
+def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | None = None) -> tuple[int, int]:
     """(prompt_length, response_length) of verl's rows.
 
-    RTPO rows are (c_k, one turn): prompt = env.max_prompt_tokens (default: half the model's
-    positions), response = env.max_new_tokens. Every other method trains flat rows (initial context,
-    the flattened trajectory; GRPO, Tree-GRPO, ARPO) or full-history rows (SeeUPO: history up to turn
-    k, turn k), whose trajectories need prompt + response = the whole episode: response = K *
-    max_new_tokens + (K - 1) * verl.obs_tokens (tool results between turns; default 512), cut to
-    verl.max_context - prompt when `verl.max_context` (a cap on prompt + response) is set: the
-    rollout then ends an episode when its context reaches the cap.
+    Flat and full-history rows (GRPO, Tree-GRPO, ARPO: initial context + the flattened trajectory;
+    SeeUPO: history up to turn k + turn k) hold the whole episode: prompt = env.max_prompt_tokens
+    (default: half the model's positions), response = K * max_new_tokens + (K - 1) * verl.obs_tokens
+    (tool results between turns; default 512), cut to verl.max_context - prompt when `verl.max_context`
+    (a cap on prompt + response) is set: the rollout then ends an episode when its context reaches it.
+
+    RTPO's rows are (c_k, one turn): response = max_new_tokens, prompt = env.max_prompt_tokens (E.3's
+    8192-token prompts) for a conditioning map that compresses the history (psi = qwen3, truncate:N, ...).
+    Under psi = full, c_k *is* the episode so far, the same quantity a flat row bounds: the prompt slot
+    is then the flat rows' prompt + response less one turn, so that RTPO (and RTPO-CA, the credit-
+    assignment study's psi = full arm) may use the same total context as the flat baselines. psi: the
+    cell's conditioning map (default env["psi"]).
     `verl.prompt_length` / `verl.response_length` override both (the cap included).
     """
     v = _verl_cfg(cfg)
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
     max_pos = int(cfg.get("model", {}).get("tiny", {}).get("max_position", 4096))
     P = int(v.get("prompt_length") or env.get("max_prompt_tokens") or max_pos // 2)
-    if method in TURN_ROW_METHODS:
-        R = T
-    else:
-        R = K * T + (K - 1) * int(v.get("obs_tokens", 512))
-        if v.get("max_context"):
-            if int(v["max_context"]) <= P:
-                raise ValueError(f"verl.max_context {v['max_context']} leaves no response after the {P}-token prompt")
-            R = min(R, int(v["max_context"]) - P)
-    return P, int(v.get("response_length") or R)
+    episode = K * T + (K - 1) * int(v.get("obs_tokens", 512))
+    if v.get("max_context"):
+        if int(v["max_context"]) <= P:
+            raise ValueError(f"verl.max_context {v['max_context']} leaves no response after the {P}-token prompt")
+        episode = min(episode, int(v["max_context"]) - P)
+    if method not in TURN_ROW_METHODS:
+        return P, int(v.get("response_length") or episode)
+    if str(psi if psi is not None else env.get("psi", "full")) == "full" and not v.get("prompt_length"):
+        P = P + episode - T
+    return P, int(v.get("response_length") or T)
 
 
 def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
@@ -170,7 +176,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     why = f"{method}.sync={m.get('sync')!r}"
     v = _verl_cfg(cfg)
     out = Path(out).resolve()
-    P, R = lengths(cfg, method, env)
+    P, R = lengths(cfg, method, env, psi)
     kl = float(tr["kl_coef"])
     n_prompts = int(tr["prompts_per_step"])
     tok = int(tr["micro_batch_tokens"])
@@ -228,8 +234,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
               "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
         o += [f"+rtpo.method_cfg.{k}={hydra_value(val, f'{method}.{k}')}" for k, val in sorted(m.items())]
         # RTPO's rows are (c_k, turn k): c_k must fit the prompt slot, so the rollout ends a trajectory
-        # before a context reaches prompt_length (E.3: 8192-token prompts); flat and full-history rows
-        # hold the whole episode, bounded by prompt_length + response_length (the engine's max_context)
+        # before a context reaches prompt_length (E.3: 8192-token prompts; under psi = full the flat
+        # rows' episode less one turn, see `lengths`); flat and full-history rows hold the whole
+        # episode, bounded by prompt_length + response_length (the engine's max_context)
         if method in TURN_ROW_METHODS:
             o.append(f"+rtpo.rollout_max_context={P}")
     else:

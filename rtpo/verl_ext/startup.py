@@ -463,7 +463,7 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "GPUs": n, "attention": attn, "fp32 logits GiB": round(logits_gib, 1),
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
-                   "entropy grad": kind, "context bound": context_bound(method, P, R)}
+                   "entropy grad": kind, "context bound": context_bound(method, P, R, s["psi"])}
     # shared-filesystem disk and the step time (issue 37.5)
     cell.disk, cell.time = checkpoint_disk(shape, ov), run_time(c, method, task, ov, R, n)
     gb_s = float(v.get("checkpoint_write_gb_s", CHECKPOINT_WRITE_GB_S))
@@ -475,14 +475,19 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
     return cell
 
 
-def context_bound(method: str, P: int, R: int) -> str:
-    """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
-    turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
-    full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
+def context_bound(method: str, P: int, R: int, psi: str | None = None) -> str:
+    """What ends a trajectory of `method` for its context length, as the rollout applies it: turn rows
+    (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the full history
+    is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R. Under psi = full
+    c_k is the episode so far, so the two bounds are one quantity, and the text says so.
     (the methods' cards, rtpo.methods.cards, not the registry: the check runs in `snakemake -n`, without torch.)"""
     from rtpo.methods.cards import TURN_ROW_METHODS
 
-    return f"c_k <= {P}, turn <= {R}" if method in TURN_ROW_METHODS else f"episode <= {P + R}"
+    if method not in TURN_ROW_METHODS:
+        return f"episode <= {P + R}"
+    if psi == "full":
+        return f"c_k <= {P}, turn <= {R} (psi = full: c_k is the episode so far, so episode <= {P + R})"
+    return f"c_k <= {P}, turn <= {R}"
 
 
 def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
