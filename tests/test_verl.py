@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -964,6 +965,9 @@ def test_verl_run_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(ve
     def run(out: Path) -> int:
         cfg = _cfg(verl_run.tmp, 2, method)
         cfg["train"]["checkpoint_every"] = 10  # no periodic save before the last step
+        # one request per server batch: a row's logits would otherwise depend (in their last bits) on how
+        # many requests arrived together, i.e. on timing, and two runs could sample different tokens
+        cfg["verl"]["overrides"] = ["actor_rollout_ref.rollout.max_num_seqs=1"]
         args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(verl_run.model),
                                      train_file=str(verl_run.train))
         return train_verl(args, cfg)
@@ -1046,6 +1050,10 @@ def test_tree_grpo_two_steps_on_verl(verl_run):
     _assert_trained(recs)
     assert (out / "checkpoint" / "global_step_2" / "state.json").exists()
     _loads(out / "final")
+    # the entropy patch, checked inside the actor worker's own process at the trainer's set-up
+    log = (out / "verl.log").read_text()
+    assert re.search(r"rtpo: entropy patch in force in actor worker pid \d+ \(VERL_USE_EXTERNAL_MODULES=\S*"
+                     r"rtpo\.verl_ext\.plugin", log), log[-3000:]
 
 
 @pytest.mark.slow
