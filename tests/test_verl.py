@@ -984,17 +984,39 @@ def test_verl_run_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(ve
     monkeypatch.delenv("RTPO_JOB_DEADLINE")
     assert run(out) == 0  # the retry
     assert "Resuming from" in (out / "verl.log").read_text()
-    drop = {"time", "wall_s_this_run", "time_total"}
-
-    def strip(r):
-        return {k: v for k, v in r.items() if k not in drop}
-
-    got, want = [strip(r) for r in _records(out)], [strip(r) for r in _records(ref)]
-    diff = [(i, k, g.get(k), w.get(k)) for i, (g, w) in enumerate(zip(got, want)) for k in sorted(set(g) | set(w))
-            if g.get(k) != w.get(k)]
-    assert len(got) == len(want) == 2 and not diff, diff
+    # identical to the uninterrupted run: every count, reward and token exactly; float metrics and weights
+    # up to fp32 summation-order noise, which two uninterrupted runs of this harness show as well (loss
+    # 1.5e-9 apart, weights 6e-8): far below what a different sample or a lost optimizer state gives
+    # (before VerlEngine.wake told the servers the step to come, the resumed RTPO step sampled other
+    # siblings: grad_norm 0.667 against 0.595, weights 3.4e-3 apart)
+    got, want = _records(out), _records(ref)
+    assert [r["step"] for r in got] == [r["step"] for r in want] == [0, 1]
+    diff = _record_diff(got, want, {"time", "wall_s_this_run", "time_total"})
+    assert not diff, diff
     a, b = _weights(out / "final"), _weights(ref / "final")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a.keys() == b.keys()
+    worst = max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+    assert worst < 1e-6, worst
+
+
+def _record_diff(got: list[dict], want: list[dict], drop: set[str], tol: float = 1e-6) -> list:
+    """(step, key, got, want) of every difference: ints, strings and bools exactly, floats within tol."""
+    out = []
+
+    def same(x, y) -> bool:
+        if isinstance(x, dict) and isinstance(y, dict):
+            return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+        if isinstance(x, list) and isinstance(y, list):
+            return len(x) == len(y) and all(same(u, v) for u, v in zip(x, y))
+        if isinstance(x, float) or isinstance(y, float):
+            return isinstance(x, (int, float)) and isinstance(y, (int, float)) and abs(x - y) <= tol * max(1.0, abs(y))
+        return x == y
+
+    for g, w in zip(got, want):
+        for k in sorted(set(g) | set(w)):
+            if k not in drop and not same(g.get(k), w.get(k)):
+                out.append((g.get("step"), k, g.get(k), w.get(k)))
+    return out
 
 
 @pytest.mark.slow
