@@ -1213,7 +1213,8 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
                                                    for s in range(2)))
         return 0
 
-    monkeypatch.setattr(launch.subprocess, "call", fake_call)
+    monkeypatch.setattr(launch, "run_until_stopped",
+                        lambda cmd, env, log, cwd, stop_file: fake_call(cmd, env, log, log, cwd))
     out = tmp_path / "run"
     argv = ["train", "--engine", "verl", "--config", str(ROOT / "config" / "smoke.yaml"), "--method", "rtpo",
             "--task", "math", "--seed", "1", "--model", str(tmp_path / "model"), "--train-file",
