@@ -841,7 +841,7 @@ def test_command_line_set_resources_cannot_send_gpu_jobs_to_the_cpu_partition(tm
 def test_slurm_time_limit_then_retry_resumes_with_the_same_result(smoke_results, tmp_path):
     """The real Slurm executor plugin against the fake Slurm: the first attempt of a training job is
     killed as at its time limit (SIGTERM to every process of the job during step 0, SIGKILL after
-    the grace time), Snakemake's retry (profile `retries: 1`) resumes from the checkpoint the
+    the grace time), Snakemake's retry (profile `retries`) resumes from the checkpoint the
     SIGTERM saved, and the run ends as the smoke DAG's uninterrupted one. (~1-2 min)"""
     work = copy_workdir(smoke_results, tmp_path / "work")
     state, trace = tmp_path / "slurm_state", tmp_path / "trace"

@@ -108,10 +108,10 @@ class HFGenerateServer:
         self.weight_updates = 0
         self.sleep_level = int(sleep_level)
         self.free_cache_engine = bool(free_cache_engine)
-        # at most this many requests per batch (vLLM's rollout.max_num_seqs). The batches are formed by
-        # arrival timing, and a row's logits differ in their last bits between 1-3 and >= 4 rows (other
-        # GEMM kernels; docs/DESIGN facts), so a sampled token can differ between two runs of the same
-        # config; max_num_seqs 1 makes every request's tokens independent of timing (the resume test)
+        # at most this many requests per batch (vLLM's rollout.max_num_seqs; None: all pending). The
+        # batches are formed by arrival timing, and a row's logits differ in their last bits between 1-3
+        # and >= 4 rows (other GEMM kernels), so batch composition is one way two runs of the same config
+        # can sample differently; max_num_seqs 1 removes that one (not every one: docs/verl.md)
         self.max_num_seqs = int(max_num_seqs) if max_num_seqs else None
         self._asleep: set[str] = set()      # sleeping tags ("weights", "kv_cache")
         self._discarded = False             # a level-2 sleep dropped the weights; no update_weights since
