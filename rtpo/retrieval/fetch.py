@@ -2,7 +2,9 @@
 
 Used by the data job (ARPO's evaluation and training files at a fixed commit) and by the corpus
 rule (wiki-18). Plain http is accepted only from a loopback host (the tests serve fixtures from
-127.0.0.1). A file already in place with the right sha256 is not fetched again. A mismatch is an
+127.0.0.1); `file:<path>` (a path relative to the working directory, or `file:///abs/path`) copies a
+local file through the same checks, so a config can point the same rule at fixture files
+(config/rehearsal.yaml). A file already in place with the right sha256 is not fetched again. A mismatch is an
 error naming the URL and both digests, and the downloaded bytes are not kept. Every fetch is
 recorded beside the file in `<dest>.source.json` (url, sha256, bytes, time).
 
@@ -56,8 +58,10 @@ def download(url: str, dest: str | Path, sha256: str | None = None, timeout: flo
     log = log or (lambda s: print(s, file=sys.stderr, flush=True))
     dest = Path(dest)
     u = urlsplit(url)
-    if u.scheme != "https" and not (u.scheme == "http" and u.hostname in LOOPBACK):
-        raise DownloadError(f"{url}: only https:// sources are fetched (http only from a loopback host)")
+    if u.scheme not in ("https", "file") and not (u.scheme == "http" and u.hostname in LOOPBACK):
+        raise DownloadError(f"{url}: only https:// sources are fetched (http only from a loopback host, or file:)")
+    if u.scheme == "file" and not Path(u.path).is_file():
+        raise DownloadError(f"{url}: no such file {u.path} (relative to {os.getcwd()})")
     want = sha256.lower() if sha256 else None
     if dest.exists() and not gunzip and want and sha256_of(dest) == want:
         return dest
@@ -70,8 +74,9 @@ def download(url: str, dest: str | Path, sha256: str | None = None, timeout: flo
         h, size = hashlib.sha256(), 0
         try:
             req = urllib.request.Request(url, headers={"User-Agent": "rtpo-artifact"})
-            with urllib.request.urlopen(req, timeout=timeout) as r, open(tmp, "wb") as f:
-                total = int(r.headers.get("Content-Length") or 0)
+            src = open(u.path, "rb") if u.scheme == "file" else urllib.request.urlopen(req, timeout=timeout)
+            with src as r, open(tmp, "wb") as f:
+                total = int(r.headers.get("Content-Length") or 0) if u.scheme != "file" else os.path.getsize(u.path)
                 next_report = 0.05
                 while b := r.read(1 << 20):
                     h.update(b)
