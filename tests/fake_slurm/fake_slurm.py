@@ -60,7 +60,7 @@ N seconds, default 60) sends SIG N seconds before the limit: with `B:` to the ba
 it to the job's steps (srun's tasks), as sbatch(1) says. FAKE_SLURM_SECONDS_PER_MINUTE (default 60)
 makes a limit minute shorter, so a test can give a job a limit of "1 minute" that lasts a few seconds;
 N stays in real seconds (the time a job has to save). What happened is recorded in the job's file
-(jobs/<id>.json: "limit_s", "signals": [{"sig", "at_s", "to"}], "killed").
+(jobs/<id>.json: "limit_s", "signals": [{"sig", "at_s", "to"}], "killed"; every job: "start", "end").
 
 Preemption-style kills (issue 20): with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
 contains it is killed as Slurm kills a job at its time limit: once FAKE_SLURM_KILL_WHEN
@@ -188,6 +188,7 @@ def sbatch(argv: list[str]) -> int:
     except SlurmError as e:
         print(f"sbatch: error: {e}", file=sys.stderr)
         return 1
+    started = time.time()
     with open(log_path, "w") as out:
         proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -195,6 +196,7 @@ def sbatch(argv: list[str]) -> int:
     rc = proc.returncode
     state = killed["state"] if killed else "COMPLETED" if rc == 0 else "FAILED"
     job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts, "alloc": alloc,
+                                            "start": started, "end": time.time(),
                                             **({"limit_s": limit["limit_s"], "signals": limit["sent"]} if limit else {}),
                                             **({"killed": killed} if killed else {})}))
     print(job_id if "--parsable" in opts else f"Submitted batch job {job_id}")
