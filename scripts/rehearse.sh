@@ -36,7 +36,7 @@ fi
 export PATH="$PWD/tests/fake_slurm:$PATH"
 export FAKE_SLURM_DIR="$PWD/results/rehearsal/slurm"
 mkdir -p "$FAKE_SLURM_DIR"
-export RTPO_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PARTITION=cpu RTPO_SLURM_GPU_PARTITION=gpu
+export RTPO_SLURM_ACCOUNT=rehearsal FAKE_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PARTITION=cpu RTPO_SLURM_GPU_PARTITION=gpu
 export RTPO_RAY_POLL=1            # slurm_ray.sh polls the Ray head every second (default 5): start-up counts here
 
 # 3. The paper's command (./slurm is the profile), on the rehearsal config. REHEARSAL_SLICE=ci: math with
