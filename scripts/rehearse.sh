@@ -39,7 +39,9 @@ mkdir -p "$FAKE_SLURM_DIR"
 export RTPO_SLURM_ACCOUNT=rehearsal FAKE_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PARTITION=cpu RTPO_SLURM_GPU_PARTITION=gpu
 export RTPO_RAY_POLL=1            # slurm_ray.sh polls the Ray head every second (default 5): start-up counts here
 
-# 3. The paper's command (./slurm is the profile), on the rehearsal config. REHEARSAL_SLICE=ci: math with
+# 3. The paper's command (./slurm is the profile), on the rehearsal config. Every fake node is this machine:
+#    --jobs 2 (REHEARSAL_JOBS) keeps two jobs in flight instead of the profile's 40 (a training job holds
+#    ~3-4 GB: Ray, a vLLM server, the FSDP workers); the status checks poll every second, not every 40 s. REHEARSAL_SLICE=ci: math with
 #    every method and the credit-assignment study's RTPO-CA arm (psi = full), evaluated (.ci/run).
 targets=()
 if [[ "${REHEARSAL_SLICE:-}" == ci ]]; then
@@ -49,7 +51,8 @@ fi
 set +e
 $PY -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
   .venv-vllm/bin/snakemake --profile slurm ${targets[@]+"${targets[@]}"} "$@" --configfile "$CONFIG" \
-  --slurm-init-seconds-before-status-checks 1 --seconds-between-status-checks 1 --latency-wait 5 &
+  --jobs "${REHEARSAL_JOBS:-2}" --slurm-init-seconds-before-status-checks 1 --seconds-between-status-checks 1 \
+  --latency-wait 5 &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null || true' TERM HUP
 trap ':' INT
