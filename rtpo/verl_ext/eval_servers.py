@@ -202,8 +202,13 @@ class EvalServers:
         if not ray.is_initialized():
             kw: dict[str, Any] = {"runtime_env": {"env_vars": {k: env[k] for k in keys if k in env}},
                                   "ignore_reinit_error": True, "log_to_driver": False}
-            if self.cpu and not os.environ.get("RAY_ADDRESS"):
-                kw.update(num_cpus=32, num_gpus=1)  # logical resources (verl's resource pools ask for a GPU)
+            if not os.environ.get("RAY_ADDRESS"):
+                # a Ray of its own: a bare ray.init() joins any cluster `ray start` left on this node (another
+                # job's, or a finished one's record in /tmp/ray), as the rehearsal's evaluation jobs did after
+                # its training jobs
+                kw["address"] = "local"
+                if self.cpu:
+                    kw.update(num_cpus=32, num_gpus=1)  # logical resources (verl's resource pools ask for a GPU)
             ray.init(**kw)
             self._started_ray = True
         config = compose(self.overrides)
