@@ -945,6 +945,54 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
     assert verify_manifest(out / "final", required=True)  # checksummed, as the local engine's final/
 
 
+def _weights(final: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(final.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["rtpo", "grpo"])
+def test_verl_run_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(verl_run, method, monkeypatch):
+    """A job whose slot ends (RTPO_JOB_DEADLINE, as squeue would tell it) saves at the next step
+    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes and
+    ends as an uninterrupted run: the same metrics and the same final/ weights. rtpo runs on the engine
+    trainer (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync)."""
+    from rtpo.signals import Stopped
+    from rtpo.verl_ext.launch import train_verl
+
+    def run(out: Path) -> int:
+        cfg = _cfg(verl_run.tmp, 2, method)
+        cfg["train"]["checkpoint_every"] = 10  # no periodic save before the last step
+        args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(verl_run.model),
+                                     train_file=str(verl_run.train))
+        return train_verl(args, cfg)
+
+    ref, out = verl_run.tmp / f"{method}-whole", verl_run.tmp / f"{method}-stopped"
+    assert run(ref) == 0
+    monkeypatch.setenv("RTPO_JOB_DEADLINE", str(time.time() + 60))  # passed once step 1 ends (margin 300 s)
+    with pytest.raises(Stopped, match=r"stopped after step 1 of 2 \(the job's slot ends in") as e:
+        run(out)
+    assert e.value.exit_code == 143
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_1"]
+    assert not (out / "final").exists() and not (out / "summary.json").exists()
+    assert [r["step"] for r in _records(out)] == [0]
+    monkeypatch.delenv("RTPO_JOB_DEADLINE")
+    assert run(out) == 0  # the retry
+    assert "Resuming from" in (out / "verl.log").read_text()
+    drop = {"time", "wall_s_this_run", "time_total"}
+
+    def strip(r):
+        return {k: v for k, v in r.items() if k not in drop}
+
+    got, want = [strip(r) for r in _records(out)], [strip(r) for r in _records(ref)]
+    diff = [(i, k, g.get(k), w.get(k)) for i, (g, w) in enumerate(zip(got, want)) for k in sorted(set(g) | set(w))
+            if g.get(k) != w.get(k)]
+    assert len(got) == len(want) == 2 and not diff, diff
+    a, b = _weights(out / "final"), _weights(ref / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.slow
 def test_grpo_two_steps_on_verl(verl_run):
     out = verl_run.tmp / "grpo"

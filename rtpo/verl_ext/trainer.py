@@ -44,6 +44,7 @@ from rtpo.instrument import JsonlWriter, StepLog
 from rtpo.loss import kl_rollout_train
 from rtpo.methods.cards import needs_keep_weights
 from rtpo.rollout import Roller
+from rtpo.signals import stop_reason
 from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import make_env_factory, rtpo_settings, task_from_row
 from rtpo.verl_ext.engine import VerlEngine, update_config_from_verl, update_stats
@@ -51,6 +52,13 @@ from rtpo.verl_ext.server_engine import ServerEngine
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+# written next to verl's checkpoints when a job stops early for its retry (read by launch.train_verl)
+STOPPED_FILE = "stopped_for_retry.json"
+
+
+class StopForRetry(Exception):
+    """Raised at a step boundary, once the step is checkpointed, to leave verl's fit() early."""
 
 
 def column(td: Any, key: str) -> list:
@@ -87,6 +95,56 @@ class RTPOTrainerMixin:
         path = self.rtpo.get("metrics_path")
         self.jsonl = JsonlWriter(path) if path else None
         self._measure: list[tuple[float, float, int]] = []
+        # stopping for the retry (rtpo.signals): the launcher's stop file and the job's deadline
+        self._deadline = self.rtpo.get("deadline")
+        self._stop_margin = float(self.rtpo.get("stop_margin_s", 0.0))
+        self._stop_file = self.rtpo.get("stop_file")
+        self._longest_step = 0.0
+        self._longest_save = 0.0
+        self._step_t0 = time.time()
+
+    # ------------------------------------------------------------------ stopping for the retry
+    def fit(self, agent_loop_manager):
+        try:
+            return super().fit(agent_loop_manager)
+        except StopForRetry as e:
+            logger.warning(f"rtpo: {e}")
+            self._shutdown_dump_executor()
+
+    def on_step_begin(self):
+        super().on_step_begin()
+        self._step_t0 = time.time()
+
+    def _save_checkpoint(self):
+        t0 = time.time()
+        super()._save_checkpoint()
+        self._longest_save = max(self._longest_save, time.time() - t0)
+        self._saved_step = int(self.global_steps)
+
+    def _stop_at_boundary(self) -> None:
+        """At the end of step `global_steps` (after verl's periodic save): when the launcher asked to stop
+        or one more step and its checkpoint would not end before the job's deadline, save this step
+        (unless verl just did), write STOPPED_FILE and leave fit(); `rtpo train` then exits 143 and the
+        job's retry resumes from this checkpoint (trainer.resume_mode=auto)."""
+        now = time.time()
+        self._longest_step = max(self._longest_step, now - self._step_t0)
+        if int(self.global_steps) >= int(self.total_training_steps):
+            return  # the last step: the run ends here anyway
+        deadline = None if self._deadline is None else float(self._deadline)
+        why = stop_reason(now, self._longest_step, self._longest_save, deadline, self._stop_margin, self._stop_file)
+        if why is None:
+            return
+        if getattr(self, "_saved_step", None) != int(self.global_steps):
+            self._save_checkpoint()
+        step = int(self.global_steps)
+        d = Path(str(self.config.trainer.default_local_dir))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / STOPPED_FILE).write_text(json.dumps({"step": step, "of": int(self.total_training_steps), "why": why,
+                                                  "checkpoint": str(self._step_dir_abs(step))}) + "\n")
+        raise StopForRetry(f"stopped after step {step} of {self.total_training_steps}: {why}; checkpoint saved")
+
+    def _step_dir_abs(self, step: int) -> Path:
+        return _absolute(os.path.join(str(self.config.trainer.default_local_dir), f"global_step_{step}"))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -189,6 +247,10 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
         self._write(rec)
         return batch
 
+    def on_step_end(self):
+        super().on_step_end()  # verl's sync: push the new weights to the rollout servers
+        self._stop_at_boundary()
+
 
 def _summary_traj(s: dict[str, Any]) -> Any:
     """A duck-typed trajectory for rtpo.instrument.trunk_stats from an extra_fields summary."""
@@ -282,7 +344,8 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         self.engine.wake()  # push the (possibly resumed) actor weights, as verl's sync trainer does
 
     def on_step_end(self):
-        pass  # the methods sync before they sample: the next step's sync() pushes the weights
+        # the methods sync before they sample: the next step's sync() pushes the weights
+        self._stop_at_boundary()
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
         return dp_size  # one update = one mini-batch of any size (VerlEngine.update)
