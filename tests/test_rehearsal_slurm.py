@@ -73,3 +73,15 @@ def test_a_bad_time_is_refused_as_sbatch_refuses_it(tmp_path):
     env = dict(os.environ, PATH=os.pathsep.join([str(FAKE), os.environ["PATH"]]), FAKE_SLURM_DIR=str(state))
     r = subprocess.run(["sbatch", "--time=soon", "--wrap=true"], env=env, capture_output=True, text=True)
     assert r.returncode == 1 and "Invalid time limit" in r.stderr
+
+
+def test_a_job_reads_its_time_left_as_rtpo_signals_does(tmp_path):
+    """SLURM_JOB_END_TIME in the batch environment and `squeue -h -j <id> -o %L` (rtpo.signals.job_deadline)."""
+    from rtpo.signals import parse_time_left
+
+    job = sbatch(tmp_path, 'squeue -h -j "$SLURM_JOB_ID" -o %L > left; echo "$SLURM_JOB_END_TIME" > end',
+                 "--time=1-0", FAKE_SLURM_SECONDS_PER_MINUTE="60")
+    assert job["state"] == "COMPLETED"
+    left = parse_time_left((tmp_path / "left").read_text())
+    assert 86400 - 30 < left <= 86400
+    assert abs(int((tmp_path / "end").read_text()) - job["start"] - 86400) < 30

@@ -59,7 +59,8 @@ seconds later -- in state TIMEOUT. `--signal=[{R|B}:]SIG[@N]` (SIG a number or a
 N seconds, default 60) sends SIG N seconds before the limit: with `B:` to the batch shell only, without
 it to the job's steps (srun's tasks), as sbatch(1) says. FAKE_SLURM_SECONDS_PER_MINUTE (default 60)
 makes a limit minute shorter, so a test can give a job a limit of "1 minute" that lasts a few seconds;
-N stays in real seconds (the time a job has to save). What happened is recorded in the job's file
+N stays in real seconds (the time a job has to save). The batch script gets SLURM_JOB_END_TIME, and
+`squeue -h -j <id> -o %L` prints the time the job has left, as rtpo.signals reads them. What happened is recorded in the job's file
 (jobs/<id>.json: "limit_s", "signals": [{"sig", "at_s", "to"}], "killed"; every job: "start", "end").
 
 Preemption-style kills (issue 20): with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
@@ -181,13 +182,17 @@ def sbatch(argv: list[str]) -> int:
         if k in opts:
             env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = opts[k]
     set_gpu_env(env, alloc["gpus_per_node"])  # the batch step holds the first node's GPUs
-    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc}))
-    kill = kill_plan(opts, workdir)
     try:
         limit = time_limit(opts)
     except SlurmError as e:
         print(f"sbatch: error: {e}", file=sys.stderr)
         return 1
+    end_time = time.time() + limit["limit_s"] if limit else None
+    if end_time:
+        env["SLURM_JOB_END_TIME"] = str(int(end_time))
+    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc,
+                                            "end_time": end_time}))
+    kill = kill_plan(opts, workdir)
     started = time.time()
     with open(log_path, "w") as out:
         proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
@@ -347,8 +352,19 @@ def sacct(argv: list[str]) -> int:
     return 0
 
 
+def left(seconds: float) -> str:
+    """squeue's %L: [days-]hours:minutes:seconds."""
+    s = max(0, int(seconds))
+    d, s = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
 def squeue(argv: list[str]) -> int:
     opts, _ = parse(argv, stop_at_positional=False)
+    if "%L" in opts.get("-o", opts.get("--format", "")) and "-j" in opts:  # the time a job has left
+        j = json.loads(job_file(opts["-j"]).read_text()) if job_file(opts["-j"]).exists() else {}
+        print(left(j["end_time"] - time.time()) if j.get("end_time") else "UNLIMITED")
+        return 0
     for job_id, state in jobs_named(opts.get("--name")):
         print(f"{job_id}|{state}")
     return 0
