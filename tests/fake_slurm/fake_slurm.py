@@ -90,7 +90,7 @@ VALUE_OPTS = {"-A", "--account", "-p", "--partition", "-t", "--time", "--mem", "
               "--gpus", "-G", "--gres", "--qos", "--reservation", "--exclude", "--array",
               "--starttime", "-S", "--endtime", "-E", "--format", "-o", "-u", "--user", "--states", "--name",
               "-w", "--nodelist", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--mem-per-gpu",
-              "--cpus-per-gpu", "--ntasks-per-gpu", "--distribution", "-m"}
+              "--cpus-per-gpu", "--ntasks-per-gpu", "--distribution", "-m", "-j", "--jobs"}
 
 
 def state_dir() -> Path:
