@@ -40,8 +40,8 @@ export RTPO_SLURM_ACCOUNT=rehearsal FAKE_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PART
 export RTPO_RAY_POLL=1            # slurm_ray.sh polls the Ray head every second (default 5): start-up counts here
 
 # 3. The paper's command (./slurm is the profile), on the rehearsal config. Every fake node is this machine:
-#    --jobs 2 (REHEARSAL_JOBS) keeps two jobs in flight instead of the profile's 40 (a training job holds
-#    ~3-4 GB: Ray, a vLLM server, the FSDP workers); the status checks poll every second, not every 40 s. REHEARSAL_SLICE=ci: math with
+#    --jobs 1 (REHEARSAL_JOBS) keeps one job in flight instead of the profile's 40 (a training job holds
+#    ~9 GB RSS: Ray, a vLLM server and its engine, the FSDP workers; two at once hit Ray's OOM killer on 23 GB); the status checks poll every second, not every 40 s. REHEARSAL_SLICE=ci: math with
 #    every method and the credit-assignment study's RTPO-CA arm (psi = full), evaluated (.ci/run).
 targets=()
 if [[ "${REHEARSAL_SLICE:-}" == ci ]]; then
@@ -51,7 +51,7 @@ fi
 set +e
 $PY -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
   .venv-vllm/bin/snakemake --profile slurm ${targets[@]+"${targets[@]}"} "$@" --configfile "$CONFIG" \
-  --jobs "${REHEARSAL_JOBS:-2}" --slurm-init-seconds-before-status-checks 1 --seconds-between-status-checks 1 \
+  --jobs "${REHEARSAL_JOBS:-1}" --slurm-init-seconds-before-status-checks 1 --seconds-between-status-checks 1 \
   --latency-wait 5 &
 pid=$!
 trap 'kill -TERM "$pid" 2>/dev/null || true' TERM HUP
