@@ -89,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slurm", type=Path, default=Path("results/rehearsal/slurm"))
     ap.add_argument("--results", type=Path, default=Path("results"))
     ap.add_argument("--out", type=Path, default=Path("results/rehearsal"))
+    ap.add_argument("--since", type=float, default=0.0, help="only jobs started after this time (seconds since the "
+                    "epoch; rehearse.sh passes its own start, so an earlier run's jobs are left out)")
     args = ap.parse_args(argv)
-    js = jobs(args.slurm)
+    js = [j for j in jobs(args.slurm) if j["start"] >= args.since]
     lines = ["# The rehearsal: where its time went", ""]
     if js:
         span = (max(j["end"] for j in js) - min(j["start"] for j in js)) / 60

@@ -62,5 +62,5 @@ while kill -0 "$pid" 2>/dev/null; do rc=0; wait "$pid" || rc=$?; done
 trap - TERM HUP INT
 set -e
 .venv-vllm/bin/rtpo report summary --start "$start" --rc "$rc" -- "$@" --configfile "$CONFIG" >&2 || true
-.venv-vllm/bin/python scripts/rehearsal_report.py --slurm "$FAKE_SLURM_DIR" --out results/rehearsal >&2 || true
+.venv-vllm/bin/python scripts/rehearsal_report.py --slurm "$FAKE_SLURM_DIR" --out results/rehearsal --since "$start" >&2 || true
 exit "$rc"
