@@ -71,6 +71,16 @@ def records(run: Path) -> list[dict]:
     return out
 
 
+def same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+    return a == b
+
+
 def weights(run: Path) -> dict:
     from safetensors.torch import load_file
 
@@ -101,6 +111,8 @@ def test_a_training_job_killed_at_its_time_limit_resumes_to_the_same_run(tmp_pat
     r = snakemake(plain, f"{CELL}/summary.json")
     assert r.returncode == 0, r.stderr[-4000:]
     a, b = records(killed / CELL), records(plain / CELL)
-    assert len(a) == len(b) == 2 and a == b
+    assert len(a) == len(b) == 2
+    for ra, rb in zip(a, b):  # counts, tokens and rewards exactly; float statistics to 1e-6 (two
+        assert same(ra, rb), (ra, rb)  # uninterrupted runs differ by ~1e-9 in the loss: float reduction order)
     wa, wb = weights(killed / CELL), weights(plain / CELL)
-    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    assert wa.keys() == wb.keys() and all((wa[k] - wb[k]).abs().max() <= 1e-6 for k in wa)
