@@ -106,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rule']},{r['jobs']},{r['mean_s']},{r['total_min']},{r['states']}\n" for r in rows))
     # per method: the main grid's runs
     cost_rows = []
-    for metrics in sorted(args.results.glob("runs/*/*/seed*/metrics.jsonl")):
-        task, method = metrics.parts[-4], metrics.parts[-3]
+    runs = [(m, m.parts[-4], m.parts[-3]) for m in sorted(args.results.glob("runs/*/*/seed*/metrics.jsonl"))]
+    # ablation arms: results/ablations/<study>/<arm>/<task>/<method>/seed<S>/metrics.jsonl
+    runs += [(m, m.parts[-4], f"{m.parts[-3]} ({m.parts[-6]} {m.parts[-5]})")
+             for m in sorted(args.results.glob("ablations/*/*/*/*/seed*/metrics.jsonl"))]
+    for metrics, task, method in runs:
         c = step_costs(metrics)
         summary = metrics.parent / "summary.json"
         wall = json.loads(summary.read_text()).get("wall_s_this_run") if summary.exists() else None
