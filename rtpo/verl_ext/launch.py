@@ -580,6 +580,10 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         return 0
     check_verl_version()
     cpu = use_cpu_harness(cfg)
+    if not cpu:  # before any data or Ray: a driver too old for the CUDA build fails at the first CUDA call
+        from rtpo.verl_ext.gpu_env import check_nvidia_driver
+
+        check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,

@@ -723,7 +723,7 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
 
 
 COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
-           "est. GiB/GPU", "ckpt GB", "ckpt keep", "GB/run", "tok/step M", "step min", "run h", "verdict"]
+           "est. GiB/GPU", "ckpt GB", "ckpt keep", "GB/run", "tok/step M", "step min", "run h", "E.3 step min", "verdict"]
 
 
 def format_report(rep: Report) -> str:

@@ -103,7 +103,31 @@ class RTPOTrainerMixin:
         self._longest_save = 0.0
         self._step_t0 = time.time()
 
+    def _check_entropy_patch(self) -> dict[str, Any]:
+        """Ask the actor worker (rank 0) whether verl's entropy_from_logits_with_chunking is rtpo's in its
+        process: the launcher loads rtpo.verl_ext.plugin there through VERL_USE_EXTERNAL_MODULES, which
+        only reaches the workers if Ray was started with that environment (launch.verl_env; a cluster
+        joined through RAY_ADDRESS may not have been). Without it Tree-GRPO's entropy bonus keeps
+        8 B x T x V for backward (rtpo/verl_ext/entropy.py) and the memory estimate is wrong."""
+        from rtpo.verl_ext.entropy import worker_state
+
+        state = self.actor_rollout_wg.execute_func_rank_zero(worker_state)
+        state = state[0] if isinstance(state, list) else state
+        if not state.get("patched"):
+            raise RuntimeError(
+                f"rtpo: the entropy patch is not in force in the actor worker (pid {state.get('pid')}, "
+                f"VERL_USE_EXTERNAL_MODULES={state.get('external_modules')!r}): that process did not import "
+                "rtpo.verl_ext.plugin. Start the Ray cluster with the environment of rtpo.verl_ext.launch.verl_env "
+                "(slurm_ray.sh does), or let main_ppo start its own")
+        print(f"rtpo: entropy patch in force in actor worker pid {state['pid']} "
+              f"(VERL_USE_EXTERNAL_MODULES={state['external_modules']})", flush=True)
+        return state
+
     # ------------------------------------------------------------------ stopping for the retry
+    def _setup(self):
+        super()._setup()
+        self.entropy_patch = self._check_entropy_patch()
+
     def fit(self, agent_loop_manager):
         try:
             return super().fit(agent_loop_manager)
