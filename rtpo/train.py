@@ -125,6 +125,9 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
     if start == 0 and log.path.exists():
         log.path.unlink()  # no checkpoint: start over
 
+    from rtpo.tracking import RunTracker, backends
+
+    tracker = RunTracker(out, backends(cfg), f"{task}-{method}-seed{seed}", start=start)  # logging.backends
     steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
     every, probe_every = int(tr.get("checkpoint_every", 1)), int(tr.get("heldout_every", 1))
     t0 = time.perf_counter()
@@ -142,6 +145,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
         rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
                    weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
         log.write(rec)
+        tracker.log(rec)
         bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
         if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
             saved = save_checkpoint(ckpt, step, engine, algo, log, identity)
@@ -149,6 +153,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
                 raise Stopped(f"stopped by {stop.name} after step {step} of {steps}; checkpoint saved: {saved}; "
                               "the same command resumes from it")
     bar.close()
+    tracker.close()
     # the summary first: a run that cannot summarise its records fails before it replaces final/
     summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
                           wall_s_this_run=time.perf_counter() - t0)
