@@ -166,8 +166,10 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | No
 
 
 def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
-                   train_files: str | Path, val_files: str | Path, cpu: bool) -> list[str]:
-    """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched."""
+                   train_files: str | Path, val_files: str | Path, cpu: bool,
+                   external_ray: bool | None = None) -> list[str]:
+    """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`)."""
     from rtpo.config import method_settings
 
     s = method_settings(cfg, method, task)
@@ -247,7 +249,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
     if cpu:
         rollout = cpu_rollout(cfg)
-        o += cpu_overrides(rollout=keep_rollout(rollout, why) if keep else rollout)
+        o += cpu_overrides(external_ray, rollout=keep_rollout(rollout, why) if keep else rollout)
     else:
         rollout = str(v.get("rollout", "vllm"))
         o += [
@@ -589,10 +591,18 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
 
         check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
-    ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu)
+    in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
+    ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
+                        external_ray=in_slurm or None)
     cmd = command(ov)
-    if os.environ.get("SLURM_JOB_ID") and not cpu:
+    env = verl_env(cpu, logger=tracking_backends(cfg))
+    if in_slurm:
+        # a Slurm job: slurm_ray.sh starts the Ray cluster on the allocation and main_ppo joins it -- on the
+        # CPU harness too (the rehearsal, docs/rehearsal.md), with the harness's logical resources
         cmd = ["bash", str(SLURM_SCRIPT), *cmd]
+        if cpu:
+            env.setdefault("RTPO_GPUS_PER_NODE", "1")
+            env.setdefault("RTPO_CPUS_PER_NODE", "32")
     (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
     keep = checkpoint_keep(s["train"])
     prune_checkpoints(out, keep)  # an earlier attempt's older checkpoints: verl's rotation never sees them
@@ -605,7 +615,7 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     with open(log, "a") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         f.flush()
-        rc = run_until_stopped(cmd, verl_env(cpu, logger=tracking_backends(cfg)), f, out, stop_file)
+        rc = run_until_stopped(cmd, env, f, out, stop_file)
     stop_file.unlink(missing_ok=True)
     if rc != 0:
         tail = log.read_text().splitlines()[-40:]

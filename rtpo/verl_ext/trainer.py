@@ -195,12 +195,16 @@ class RTPOTrainerMixin:
         logprobs (PPO's ratio denominator: UpdateConfig.old = "recompute", the rule of every method and
         of LocalEngine.update), the rollout-training ratio / KL on trained tokens (paper Fig. 3), and the
         reference logprobs when a KL term is on. Returns (batch, ratio, KL, trained tokens)."""
-        with marked_timer("old_log_prob", timing_raw, color="blue"):
-            batch = self._compute_old_log_prob(batch, metrics=metrics)
-        ratio, kl, n = self._measure_rollout_consistency(batch)
+        # the reference pass first: the actor update reads the fields the batch's meta lists, and the meta
+        # comes from the last put that returns one -- the old-logprob pass's, here (verl's own step puts the
+        # advantages after both). Scored after it, ref_log_prob was written but not listed, and any KL term
+        # (the paper's 0.02) failed in the update: KeyError 'ref_log_prob'
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
                 batch = self._compute_ref_log_prob(batch, metrics=metrics)
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            batch = self._compute_old_log_prob(batch, metrics=metrics)
+        ratio, kl, n = self._measure_rollout_consistency(batch)
         return batch, ratio, kl, n
 
     def _update_actor_whole(self, batch: KVBatchMeta, metrics: dict[str, Any], temperature: float | None = None):
