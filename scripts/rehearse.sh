@@ -37,6 +37,9 @@ export PATH="$PWD/tests/fake_slurm:$PATH"
 export FAKE_SLURM_DIR="$PWD/results/rehearsal/slurm"
 mkdir -p "$FAKE_SLURM_DIR"
 export RTPO_SLURM_ACCOUNT=rehearsal FAKE_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PARTITION=cpu RTPO_SLURM_GPU_PARTITION=gpu
+# The fake Slurm has one node, this machine: Ray's head binds the loopback address, so no Ray traffic
+# leaves it (slurm_ray.sh would otherwise probe the default route's source address).
+export RTPO_RAY_HEAD_IP="${RTPO_RAY_HEAD_IP:-127.0.0.1}"
 export RTPO_RAY_POLL=1            # slurm_ray.sh polls the Ray head every second (default 5): start-up counts here
 
 # 3. The paper's command (./slurm is the profile), on the rehearsal config. Every fake node is this machine:

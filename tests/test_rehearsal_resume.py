@@ -51,7 +51,7 @@ def workdir(tmp: Path, name: str) -> Path:
 def snakemake(wd: Path, *args: str, **env_set: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PATH=os.pathsep.join([str(FAKE), str(Path(sys.executable).parent), os.environ["PATH"]]),
                FAKE_SLURM_DIR=str(wd / "slurm-state"), RTPO_SLURM_ACCOUNT="rtpo_test", RTPO_SLURM_PARTITION="cpu",
-               RTPO_SLURM_GPU_PARTITION="gpu", RTPO_RAY_POLL="1", PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false",
+               RTPO_SLURM_GPU_PARTITION="gpu", RTPO_RAY_POLL="1", RTPO_RAY_HEAD_IP="127.0.0.1", PYTHONHASHSEED="0", TOKENIZERS_PARALLELISM="false",
                WANDB_MODE="disabled", HF_HUB_OFFLINE="1", **env_set)
     (wd / "slurm-state").mkdir(exist_ok=True)
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", "slurm", *args, "--configfile",
