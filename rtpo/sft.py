@@ -12,6 +12,7 @@ need: copying from context (induction heads), learned on random tokens, not on t
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 import time
@@ -234,6 +235,36 @@ def model_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in cfg.get("model", {}).items() if k not in MODEL_KEYS_NOT_SHAPE}
 
 
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def fetch_hub_model(hub_id: str, path: str | Path, revision: str | None = None) -> Path:
+    """Download `hub_id` at `revision` (a commit: pinned) into `path`, where the internet is (the
+    fetch_model rule is a Snakemake local rule: it runs where snakemake runs, on the login node).
+
+    The files land in `<path>.part` first: huggingface_hub resumes a partial download there on a rerun;
+    the directory is renamed into place whole. On a node without internet (HF_HUB_OFFLINE=1, or the hub
+    unreachable) the error names what to fetch and the command."""
+    path = Path(path)
+    how = (f"fetch it where the internet is (the login node): `snakemake --profile slurm download`, or "
+           f"`python -m rtpo.sft fetch-model {hub_id} {path}" + (f" --revision {revision}" if revision else "") + "`")
+    if _offline():
+        raise FileNotFoundError(f"model.path {path} is missing and HF_HUB_OFFLINE=1 here (a compute node?): {how}")
+    from huggingface_hub import snapshot_download
+
+    part = path.with_name(path.name + ".part")
+    try:
+        snapshot_download(hub_id, revision=revision, local_dir=str(part))
+    except Exception as e:  # no route to the hub, DNS, proxy: the same advice
+        raise FileNotFoundError(f"model.path {path} is missing and {hub_id}"
+                                + (f"@{revision}" if revision else "") + f" could not be fetched "
+                                f"({type(e).__name__}: {e}): {how}") from None
+    (part / "rtpo_source.json").write_text(json.dumps({"hub_id": hub_id, "revision": revision}) + "\n")
+    os.replace(part, path)
+    return path
+
+
 def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: str | Path, out: str | Path,
                      seed: int = 0) -> dict[str, Any]:
     """Build the base model named by cfg['model'] and write it as a Hugging Face directory at `out`."""
@@ -249,10 +280,11 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
         model = build_tiny_qwen3(tok, **m["tiny"], seed=seed)
     elif m["source"] == "hf":
         from rtpo.engine.local import load_hf_model
-        if not Path(m["path"]).exists() and m.get("hub_id"):  # paper scale: fetch once (cluster has network)
-            from huggingface_hub import snapshot_download
-            snapshot_download(m["hub_id"], local_dir=m["path"])
-        model, tok = load_hf_model(m["path"])
+        if not Path(m["path"]).exists() and m.get("hub_id"):  # normally done by the fetch_model rule (a local rule)
+            fetch_hub_model(m["hub_id"], m["path"], m.get("revision"))
+        # the weights' own dtype (Qwen3-8B: bf16), which final/ and evaluation inherit (launch.export_dtype);
+        # a warm start below trains in fp32 and is cast back before the save
+        model, tok = load_hf_model(m["path"], dtype="auto")
     elif m["source"] == "gguf":
         from rtpo.models_gguf import load_smollm2
         model, tok = load_smollm2(m)
@@ -261,8 +293,13 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
     s = cfg.get("sft", {})
     # the warm start's floating-point sums depend on the thread count (sft.threads, fixed by the config):
     # the same count gives bit-identical weights on a rerun, another count other weights (README)
+    own_dtype = next(model.parameters()).dtype
     summary: dict[str, Any] = {"source": m["source"], "params": sum(p.numel() for p in model.parameters()),
                                "threads": torch.get_num_threads(), "model_settings": model_settings(cfg)}
+    if m["source"] == "hf":
+        summary["dtype"] = str(own_dtype).removeprefix("torch.")
+    if own_dtype != torch.float32 and (int(s.get("copy_pretrain_steps", 0)) > 0 or s.get("epochs", 0) > 0):
+        model.float()  # optimizer steps on fp32 weights; saved in own_dtype
     if int(s.get("copy_pretrain_steps", 0)) > 0:
         cl = copy_pretrain(model, tok, int(s["copy_pretrain_steps"]), float(s.get("copy_pretrain_lr", 6e-3)), seed=seed)
         k = max(1, len(cl) // 10)  # the loss curve in tenths: plateau, then the drop
@@ -278,6 +315,7 @@ def build_base_model(cfg: dict[str, Any], data_dir: str | Path, tokenizer_dir: s
                      bool(s.get("bf16", False)), seed=seed, max_len=model.config.max_position_embeddings)
         summary.update(sft_examples=len(rows), sft_tokens=sum(len(x) for x, _ in rows), sft_loss=losses)
     model.eval()
+    model.to(own_dtype)
     summary["wall_s"] = time.perf_counter() - t0
     save_base_model(model, tok, summary, out)
     return summary
@@ -339,3 +377,29 @@ def build_sweep_base_model(cfg: dict[str, Any], init_dir: str | Path, demo_files
     summary["wall_s"] = time.perf_counter() - t0
     save_base_model(model, tok, summary, out)
     return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m rtpo.sft fetch-model HUB_ID PATH [--revision COMMIT]: the download alone (login node)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rtpo.sft")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch-model", help="download a hub model at a pinned revision into a directory")
+    f.add_argument("hub_id")
+    f.add_argument("path")
+    f.add_argument("--revision", default=None)
+    args = ap.parse_args(argv)
+    if Path(args.path).exists():
+        print(f"{args.path} exists: nothing to fetch", file=sys.stderr)
+        return 0
+    try:
+        fetch_hub_model(args.hub_id, args.path, args.revision)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

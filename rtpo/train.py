@@ -177,7 +177,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
                initial=start, total=steps)
     for step in bar:
         if stop.requested:  # before the first step (the last one was saved, or nothing was done)
-            raise Stopped(f"stopped by SIGTERM before step {step}; the same command resumes from {ckpt}")
+            raise Stopped(f"stopped by {stop.name} before step {step}; the same command resumes from {ckpt}")
         fault_point("step-begin", step)
         batch = random.Random(f"{seed}:{step}").sample(tasks, min(n, len(tasks)))
         rec = algo.step(batch, step)
@@ -193,7 +193,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
             saved = save_checkpoint(ckpt, step, engine, algo, log, identity)
             write_record(out, {**record, "steps": {"planned": steps, "completed": step + 1}})
             if stop.requested and step + 1 < steps:
-                raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
+                raise Stopped(f"stopped by {stop.name} after step {step} of {steps}; checkpoint saved: {saved}; "
                               "the same command resumes from it")
     bar.close()
     tracker.close()
@@ -251,7 +251,7 @@ def _train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], 
     with StopOnSigterm() as stop:
         for i, (seed, d) in enumerate(zip(seeds, dirs)):
             if stop.requested:
-                raise Stopped(f"stopped by SIGTERM before seed {seed}; the same command resumes")
+                raise Stopped(f"stopped by {stop.name} before seed {seed}; the same command resumes")
             if len(seeds) > 1:
                 print(f"[{method}/{task}] seed {seed} ({i + 1} of {len(seeds)}) -> {d}", file=sys.stderr, flush=True)
             with copy_output(None if log is None else log.replace("{seed}", str(seed))):

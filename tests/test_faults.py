@@ -249,25 +249,26 @@ def test_sigkill_at_random_moments_then_rerun_matches_uninterrupted_run(setup, s
     assert outcomes.get("checkpoint write", 0) >= 9 and outcomes.get("final/ write", 0) >= 4, outcomes
 
 
-def test_sigterm_saves_a_checkpoint_and_exits_143(setup, server, reference, tmp_path):
-    """SIGTERM during step 1 (Slurm's time limit, preemption): the step is finished, checkpointed,
-    the run exits 143 naming the checkpoint; the same command resumes at step 2 and ends as the
-    uninterrupted run."""
+@pytest.mark.parametrize("sig", ["TERM", "USR1"])
+def test_sigterm_saves_a_checkpoint_and_exits_143(setup, server, reference, tmp_path, sig):
+    """SIGTERM during step 1 (Slurm's time limit, preemption), or SIGUSR1 (a warning signal ahead of
+    it, `sbatch --signal=USR1@N`): the step is finished, checkpointed, the run exits 143 naming the
+    checkpoint; the same command resumes at step 2 and ends as the uninterrupted run."""
     d = setup
     ref = snapshot(reference[0])
     out = tmp_path / "run"
     trace = tmp_path / "trace"
     r = server.run(train_argv(d, out), trace, tmp_path / "term.log",
-                   kill={"signal": "TERM", "after": "step-begin 1", "delay": 0.0}, delay=0.0)
+                   kill={"signal": sig, "after": "step-begin 1", "delay": 0.0}, delay=0.0)
     log = (tmp_path / "term.log").read_text()
     assert r["rc"] == 143, log[-3000:]
-    assert "stopped by SIGTERM after step 1 of 3; checkpoint saved: " in log and "step-00000001" in log, log[-2000:]
+    assert f"stopped by SIG{sig} after step 1 of 3; checkpoint saved: " in log and "step-00000001" in log, log[-2000:]
     assert sorted(p.name for p in (out / "checkpoint").iterdir()) == ["step-00000001"]
     assert not (out / "summary.json").exists() and not (out / "final").exists()
     r = server.run(train_argv(d, out), tmp_path / "trace2", tmp_path / "rerun.log", delay=0.0)
     assert r["rc"] == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     assert [e for _, e in read_trace(tmp_path / "trace2") if e.startswith("step-begin")] == ["step-begin 2"]
-    assert_same_result(out, ref, "SIGTERM at step 1")
+    assert_same_result(out, ref, f"SIG{sig} at step 1")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -840,7 +841,7 @@ def test_command_line_set_resources_cannot_send_gpu_jobs_to_the_cpu_partition(tm
 def test_slurm_time_limit_then_retry_resumes_with_the_same_result(smoke_results, tmp_path):
     """The real Slurm executor plugin against the fake Slurm: the first attempt of a training job is
     killed as at its time limit (SIGTERM to every process of the job during step 0, SIGKILL after
-    the grace time), Snakemake's retry (profile `retries: 1`) resumes from the checkpoint the
+    the grace time), Snakemake's retry (profile `retries`) resumes from the checkpoint the
     SIGTERM saved, and the run ends as the smoke DAG's uninterrupted one. (~1-2 min)"""
     work = copy_workdir(smoke_results, tmp_path / "work")
     state, trace = tmp_path / "slurm_state", tmp_path / "trace"

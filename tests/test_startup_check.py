@@ -65,7 +65,8 @@ def test_every_paper_cell_passes_with_its_arithmetic():
     assert rep.evals[0].ok and rep.evals[0].values["GPUs"] == 4
     # each method's context bound, side by side (RTPO's c_k against the baselines' episode)
     assert v["rtpo/math"]["context bound"] == "c_k <= 8192, turn <= 4096"
-    assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 8192")
+    # under psi = full c_k is the episode: RTPO-CA gets the flat rows' total context (tests/test_equal_context.py)
+    assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 17408")
     assert v["grpo/math"]["context bound"] == f"episode <= {v['grpo/math']['P+R']}"
     table = st.format_report(rep)
     assert "| context bound |" in table and "| rtpo/search | c_k <= 8192, turn <= 4096 |" in table
@@ -218,7 +219,9 @@ def test_cli_exit_codes_and_table(capsys):
 
     assert main(["check-config", "--config", str(PAPER)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("| " + " | ".join(st.COLUMNS) + " |") and "every check passes" in out
+    # the verdict first, then the table
+    assert out.startswith("check-config: PASS: 24 training cells, every check passes")
+    assert out.splitlines()[2] == "| " + " | ".join(st.COLUMNS) + " |" and "every check passes" in out
     assert "| train_rtpo | 8 | 8 |" in out
     assert main(["check-config", "--config", str(PAPER), "--set", "train.micro_batch_tokens=8192"]) == 2
     r = capsys.readouterr()
@@ -317,3 +320,58 @@ def test_turn_row_methods_of_the_launcher_are_the_registrys():
     from rtpo.verl_ext.launch import TURN_ROW_METHODS
 
     assert set(TURN_ROW_METHODS) == {m for m in METHODS if get_method(m).rows == "turn"}
+
+
+# ------------------------------------------------------------------ jobs that always make progress
+def test_step_time_is_anchored_to_the_papers_e3_hours():
+    """E.3: ~15 h math / ~5 h knowledge on 8 A100s at batch 64 over 5k / 1k prompts: RTPO at E.3's own
+    settings gets exactly that per step; other cells scale with their generated tokens at the caps."""
+    rep = st.check_config(paper(), st.load_profile(PROFILE))
+    cells = {c.cell: c for c in rep.cells}
+    assert cells["rtpo/math"].time.anchor_step_s == pytest.approx(15 * 3600 / (5000 / 64))  # 11.5 min
+    assert cells["rtpo/search"].time.anchor_step_s == pytest.approx(5 * 3600 / (1000 / 64))  # 19.2 min
+    # GRPO's 16 chains of 3 x 4096 tokens against RTPO's 4 trunks x 18 turns: 2/3 of RTPO's step
+    # (the paper's G.4 measures 1 / 1.413 = 0.71)
+    assert cells["grpo/math"].time.anchor_step_s / cells["rtpo/math"].time.anchor_step_s == pytest.approx(2 / 3)
+    g4 = cells["group_size/G4: rtpo/airline"].time
+    assert g4.anchor_step_s / 60 == pytest.approx(87.8, abs=0.1) and g4.step_s / 60 == pytest.approx(953.3, abs=0.1)
+    assert cells["rtpo/math"].time.checkpoint_s == pytest.approx(98.3 / 0.5, rel=1e-2)
+    out = st.format_report(rep)
+    assert "paper E.3 (p. 37): ~15 h math / ~5 h knowledge on 8 A100 80GB" in out
+    assert "E.3 step min = " in out
+
+
+def test_a_cell_that_cannot_checkpoint_within_its_limit_fails():
+    """A planted cell whose one step plus a checkpoint cannot fit its job's runtime fails (not warns),
+    naming the cell, the numbers and the fix, and the verdict line comes first; so do periodic saves
+    that never fit a job, and more jobs than 1 + retries."""
+    res = st.load_profile(PROFILE)
+    # 20x the prompts per step: E.3's 19.2 min step of RTPO on search x 20 = 384 min, against 300 min
+    short = copy.deepcopy(res)
+    short["train_rtpo"]["runtime"] = 300
+    rep = st.check_config(paper("train.prompts_per_step=1280"), short)
+    fs = [f for f in rep.all_findings() if f.rule == "progress" and f.cell == "train_rtpo"]
+    msg = next(str(f) for f in fs if "rtpo/search cannot make progress" in str(f))
+    assert "set-resources.train_rtpo.runtime" in msg and "> runtime 300 min" in msg
+    assert "min checkpoint write (98.3 GB at 0.5 GB/s)" in msg and "raise the rule's runtime" in msg
+    out = st.format_report(rep)
+    assert out.startswith("check-config: FAIL: ") and "progress" in out.splitlines()[0]
+    # periodic saves: 10 steps of 65.8 min (rtpo/airline) do not fit 480 min
+    short = copy.deepcopy(res)
+    short["train_rtpo"]["runtime"] = 480
+    msgs = [str(f) for f in st.check_config(paper(), short).all_findings() if f.rule == "progress"]
+    assert any("rtpo/airline: train.checkpoint_every 10 > the 6 steps" in m and "<= 6" in m for m in msgs), msgs
+    # the whole run: 50 steps of rtpo/airline at 21 per job need 3 jobs
+    few = copy.deepcopy(res)
+    few[st.PROFILE_SETTINGS]["retries"] = 1
+    msgs = [str(f) for f in st.check_config(paper(), few).all_findings()]
+    assert any("rtpo/airline: 50 steps at 21 per job" in m and "need 3 jobs > 1 + retries (1)" in m for m in msgs)
+
+
+def test_cli_fails_a_cell_that_cannot_make_progress(capsys):
+    from rtpo.cli import main
+
+    assert main(["check-config", "--config", str(PAPER), "--set", "train.prompts_per_step=4096"]) == 2
+    r = capsys.readouterr()
+    assert r.out.startswith("check-config: FAIL: ") and "cannot make progress" in r.out.splitlines()[0]
+    assert "start-up check failed:" in r.err and "cannot make progress" in r.err

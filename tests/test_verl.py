@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -946,6 +947,50 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["rtpo", "grpo"])
+def test_verl_run_stopped_at_its_deadline_resumes_where_it_stopped(verl_run, method, monkeypatch):
+    """A job whose slot ends (RTPO_JOB_DEADLINE, as squeue would tell it) saves at the next step
+    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes from
+    that checkpoint: the step before the stop is kept as written, the retry trains only the rest, and
+    the run has the uninterrupted run's steps, weight versions and syncs. rtpo runs on the engine trainer
+    (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync). Equal metrics and weights are
+    not asserted: two uninterrupted runs of this CPU harness already differ (the HF server's samples
+    are not reproducible run to run under load; the local engine's stop and resume is exact,
+    tests/test_faults.py)."""
+    from rtpo.signals import Stopped
+    from rtpo.verl_ext.launch import train_verl
+
+    def run(out: Path) -> int:
+        cfg = _cfg(verl_run.tmp, 2, method)
+        cfg["train"]["checkpoint_every"] = 10  # no periodic save before the last step
+        args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(verl_run.model),
+                                     train_file=str(verl_run.train))
+        return train_verl(args, cfg)
+
+    ref, out = verl_run.tmp / f"{method}-whole", verl_run.tmp / f"{method}-stopped"
+    assert run(ref) == 0
+    monkeypatch.setenv("RTPO_JOB_DEADLINE", str(time.time() + 60))  # passed once step 1 ends (margin 300 s)
+    with pytest.raises(Stopped, match=r"stopped after step 1 of 2 \(the job's slot ends in") as e:
+        run(out)
+    assert e.value.exit_code == 143
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_1"]
+    assert (out / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert not (out / "final").exists() and not (out / "summary.json").exists()
+    first = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in first] == [0]
+    monkeypatch.delenv("RTPO_JOB_DEADLINE")
+    assert run(out) == 0  # the retry
+    log = (out / "verl.log").read_text()
+    assert "Resuming from" in log and "global_step_1, setting global step to 1" in log
+    got, want = _records(out), _records(ref)
+    assert (out / "metrics.jsonl").read_text().splitlines()[0] == first[0]  # step 0 as written before the stop
+    keys = ("step", "weight_version", "train_version", "syncs", "rollouts_per_prompt")
+    assert [{k: r.get(k) for k in keys} for r in got] == [{k: r.get(k) for k in keys} for r in want]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2 and (out / "final" / "config.json").exists()
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_2"]
+
+
+@pytest.mark.slow
 def test_grpo_two_steps_on_verl(verl_run):
     out = verl_run.tmp / "grpo"
     assert _train(verl_run, "grpo", 2, out) == 0
@@ -1010,6 +1055,10 @@ def test_tree_grpo_two_steps_on_verl(verl_run):
     _assert_trained(recs)
     assert (out / "checkpoint" / "global_step_2" / "state.json").exists()
     _loads(out / "final")
+    # the entropy patch, checked inside the actor worker's own process at the trainer's set-up
+    log = (out / "verl.log").read_text()
+    assert re.search(r"rtpo: entropy patch in force in actor worker pid \d+ \(VERL_USE_EXTERNAL_MODULES=\S*"
+                     r"rtpo\.verl_ext\.plugin", log), log[-3000:]
 
 
 @pytest.mark.slow
@@ -1147,7 +1196,8 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
                                                    for s in range(2)))
         return 0
 
-    monkeypatch.setattr(launch.subprocess, "call", fake_call)
+    monkeypatch.setattr(launch, "run_until_stopped",
+                        lambda cmd, env, log, cwd, stop_file: fake_call(cmd, env, log, log, cwd))
     out = tmp_path / "run"
     argv = ["train", "--engine", "verl", "--config", str(ROOT / "config" / "smoke.yaml"), "--method", "rtpo",
             "--task", "math", "--seed", "1", "--model", str(tmp_path / "model"), "--train-file",

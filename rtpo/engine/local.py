@@ -68,8 +68,10 @@ def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.dev
     return dev, names[dtype]
 
 
-def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
-    """Load any Hugging Face causal-LM directory (weights + tokenizer), offline."""
+def load_hf_model(model_dir: str | os.PathLike, dtype: torch.dtype | str = torch.float32) -> tuple[torch.nn.Module, Any]:
+    """Load any Hugging Face causal-LM directory (weights + tokenizer), offline. dtype: float32 (the
+    default: training keeps fp32 master weights) or "auto", the weights' own dtype (config.json; what
+    `rtpo base-model` keeps, so that a bf16 hub model stays bf16 on disk)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(model_dir)
@@ -82,7 +84,7 @@ def load_hf_model(model_dir: str | os.PathLike) -> tuple[torch.nn.Module, Any]:
 
         hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     return model, tok
 
 

@@ -226,6 +226,31 @@ GB = 10 ** 9  # disk sizes in decimal GB / TB, as filesystems and quotas count t
 STEP_TOKENS_PER_GPU_S = 330.0
 STARTUP_MIN = 15.0  # per job: Ray, model load, vLLM servers and CUDA graphs, the final export
 
+# The published anchor of the step time: the paper's E.3 (p. 37) trains on 8x A100 80GB in "approximately
+# 15 hours for mathematics and 5 hours for knowledge reasoning", at batch 64 over 5k / 1k prompts (80k / 16k
+# rollouts, 16 per prompt): 5000 / 64 = 78.1 and 1000 / 64 = 15.6 steps, so 11.5 and 19.2 min a step, for
+# RTPO at its E.3 settings (the paper's method; G.4 puts GRPO at 1 / 1.413 of its wall-clock). Another
+# cell's step is scaled by its generated tokens at the caps against that RTPO cell's, and by 8 / its GPUs;
+# airline (not in the paper) is scaled from knowledge reasoning, the other multi-turn tool task.
+E3_SOURCE = "paper E.3 (p. 37): ~15 h math / ~5 h knowledge on 8 A100 80GB, batch 64, 5k / 1k prompts"
+E3_ANCHORS = {  # task -> (hours, prompts, K, RTPO trunks): E.3's RTPO at group size 3, 4096-token turns
+    "math": (15.0, 5000, 3, 4),
+    "search": (5.0, 1000, 6, 2),
+}
+E3_GPUS, E3_BATCH, E3_TURN_TOKENS, E3_GROUP = 8, 64, 4096, 3
+E3_TASK = {"math": "math", "search": "search", "airline": "search"}
+CHECKPOINT_WRITE_GB_S = 0.5  # stated: one job's write (and read) rate to a shared parallel filesystem
+
+
+def e3_step_s(task: str) -> tuple[float, int, str]:
+    """(seconds per step, generated tokens per step at the caps, the anchor's name) of E.3's RTPO run on
+    the task's family (E3_TASK)."""
+    fam = E3_TASK.get(task, "search")
+    hours, prompts, K, trunks = E3_ANCHORS[fam]
+    per_prompt, _ = rollout_tokens("rtpo", {"trunks": trunks, "group_size": E3_GROUP},
+                                   {"max_turns": K, "max_new_tokens": E3_TURN_TOKENS}, 0, 0)
+    return hours * 3600 / (prompts / E3_BATCH), per_prompt * E3_BATCH, f"E.3 {fam} (rtpo, K {K}, {trunks} trunks)"
+
 
 @dataclass
 class Disk:
@@ -302,9 +327,13 @@ class RunTime:
     gpus: int
     steps: int
     checkpoint_every: int
+    anchor_step_s: float = 0.0   # the published anchor's step (e3_step_s), scaled to this cell
+    anchor: str = ""             # which anchor, and how it was scaled
+    checkpoint_s: float = 0.0    # one checkpoint written (or read) at CHECKPOINT_WRITE_GB_S
 
     @property
     def step_s(self) -> float:
+        """At the caps: every turn at max_new_tokens, at the stated throughput (an upper bound)."""
         return self.step_tokens / (self.rate * self.gpus)
 
     @property
@@ -328,5 +357,10 @@ def run_time(cfg: Mapping[str, Any], method: str, task: str, ov: Mapping[str, An
     per_prompt, how = rollout_tokens(method, s["method"], s["env"], R, int(ov["actor_rollout_ref.rollout.n"]))
     rate = float((cfg.get("verl") or {}).get("step_tokens_per_gpu_s", STEP_TOKENS_PER_GPU_S))
     steps = int(s["train"]["steps"])
-    return RunTime(int(s["train"]["prompts_per_step"]) * per_prompt, how, rate, n_gpus, steps,
-                   int(s["train"].get("checkpoint_every", 1)))
+    tokens = int(s["train"]["prompts_per_step"]) * per_prompt
+    a_s, a_tokens, a_name = e3_step_s(task)
+    scale = tokens / a_tokens * E3_GPUS / n_gpus
+    return RunTime(tokens, how, rate, n_gpus, steps, int(s["train"].get("checkpoint_every", 1)),
+                   anchor_step_s=a_s * scale,
+                   anchor=f"{a_name} {a_s / 60:.1f} min/step x {scale:.2f} (generated tokens at the caps "
+                          f"{tokens / 1e6:.2f}M / {a_tokens / 1e6:.2f}M{'' if n_gpus == E3_GPUS else f', 8 / {n_gpus} GPUs'})")

@@ -7,7 +7,7 @@ rollouts "hf" / "hf_keep" (``actor_rollout_ref.rollout.name=hf``), both in the s
 `rtpo.verl_ext.cpu_harness`, whose plugin this is; `rtpo.verl_ext.launch.cpu_overrides` lists the
 Hydra overrides and environment the rest of verl needs on CPU (docs/verl.md, "CPU harness").
 
-One patch, applied only when the CPU platform is selected: verl's
+Two patches, applied only when the CPU platform is selected (the second, `_patch_pin_memory`, below): verl's
 ``utils.distributed.initialize_global_process_group_ray`` builds the backend string
 ``cpu:gloo,{device}:{backend}``, which on a CPU platform reads ``cpu:gloo,cpu:gloo`` and torch
 rejects (duplicate device type). The wrapper passes plain ``gloo`` instead. verl imports this
@@ -44,5 +44,24 @@ def _patch_gloo_backend() -> None:
             mod.initialize_global_process_group_ray = initialize_global_process_group_ray
 
 
+def _patch_pin_memory() -> None:
+    """verl's FSDP2 engine gives the reference model ``CPUOffloadPolicy(pin_memory=True)`` (hard-coded in
+    verl/workers/engine/fsdp/transformer_impl.py), and pinning host memory needs a CUDA driver on torch's
+    CUDA build (the GPU stack's torch 2.11.0 in .venv-vllm): "Found no NVIDIA driver". Any run with a KL
+    term (train.kl_coef > 0, as the paper's 0.02) builds that model. With no CUDA device, pinning has
+    nothing to pin for: ``Tensor.pin_memory`` returns the tensor itself."""
+    import torch
+
+    if torch.cuda.is_available() or getattr(torch.Tensor.pin_memory, "_rtpo_cpu", False):
+        return
+
+    def pin_memory(self, *args, **kwargs):
+        return self
+
+    pin_memory._rtpo_cpu = True  # type: ignore[attr-defined]
+    torch.Tensor.pin_memory = pin_memory
+
+
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == _cpu_platform.PLATFORM_NAME:
     _patch_gloo_backend()
+    _patch_pin_memory()

@@ -248,14 +248,16 @@ class VerlEngine:
         t = getattr(self.trainer, "timing_raw", None)
         return t if t is not None else {}
 
-    def _push(self) -> None:
-        """Load the actor's weights into the (sleeping) servers; verl wakes them up."""
+    def _push(self, global_steps: int | None = None) -> None:
+        """Load the actor's weights into the (sleeping) servers; verl wakes them up. global_steps: the
+        step the servers are told (default the trainer's: the step in progress)."""
         from verl.utils.debug import marked_timer
 
         if self._awake:
             self.trainer.checkpoint_manager.sleep_replicas()
         with marked_timer("update_weights", self._timing(), color="red"):
-            self.trainer.checkpoint_manager.update_weights(self.trainer.global_steps)
+            self.trainer.checkpoint_manager.update_weights(
+                int(self.trainer.global_steps if global_steps is None else global_steps))
         self._awake, self._dirty = True, False
         self.pushes += 1
 
@@ -290,8 +292,11 @@ class VerlEngine:
             self._push()  # same weights as before the sleep: no new version
 
     def wake(self) -> None:
-        """Push the current actor weights (start-up, after verl loaded a checkpoint)."""
-        self._push()
+        """Push the current actor weights (start-up, after verl loaded a checkpoint). The servers are told
+        the step about to run (verl's fit() counts it up after this): a sync() that finds no update since
+        pushes nothing, and a server that derives its default seeds from the step (the CPU harness's) must
+        see the same step in a resumed run as in an uninterrupted one, whose last push came mid-step."""
+        self._push(int(self.trainer.global_steps) + 1)
 
     def sync(self) -> None:
         """Training -> inference weights (a push when an update changed the actor); bumps weight_version."""

@@ -117,3 +117,17 @@ def is_patched() -> bool:
     import verl.utils.torch_functional as verl_F
 
     return verl_F.entropy_from_logits_with_chunking is entropy_from_logits_with_chunking
+
+
+def worker_state(worker=None) -> dict:
+    """What a verl worker process says about the patch (run there by the trainer at set-up through the
+    actor worker group's ``execute_func_rank_zero``): whether the module attribute is rtpo's, the
+    process, and the VERL_USE_EXTERNAL_MODULES it was started with (the environment Ray gave it)."""
+    import os
+
+    try:
+        patched = is_patched()
+    except ImportError:  # pragma: no cover - a worker without verl cannot exist
+        patched = False
+    return {"patched": patched, "pid": os.getpid(),
+            "external_modules": os.environ.get("VERL_USE_EXTERNAL_MODULES", "")}

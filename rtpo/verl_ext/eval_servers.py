@@ -41,6 +41,75 @@ from rtpo.verl_ext.launch import cpu_rollout, hydra_value, use_cpu_harness, verl
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85  # standalone servers own their GPUs (training colocates: verl.gpu_memory_utilization)
 
 
+def job_ports(env: dict[str, str] | None = None) -> int:
+    """The first of three ports (GCS, Ray client, dashboard agent) of this job's Ray head: what
+    slurm_ray.sh gives a training job (20000 + 3 x (SLURM_JOB_ID mod 4000), or RTPO_RAY_PORT), so that two
+    evaluation jobs on one node do not meet on Ray's fixed defaults (6379, 10001, 52365); outside Slurm a
+    free port of this machine."""
+    env = os.environ if env is None else env
+    if env.get("RTPO_RAY_PORT"):
+        return int(env["RTPO_RAY_PORT"])
+    job = env.get("SLURM_JOB_ID", "")
+    if job.isdigit():
+        return 20000 + 3 * (int(job) % 4000)
+    import socket
+
+    with socket.socket() as sock:  # three consecutive free ports are not guaranteed, but nearly always
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1]) if sock.getsockname()[1] < 65533 else 40000
+
+
+class LocalRayHead:
+    """A Ray head of this job alone: `ray start --head --block` on job-derived ports (`job_ports`) with
+    its own temp dir (/tmp/rtpo-ray-<job>), stopped with the job (terminating it stops the processes it
+    started, never another job's: `ray stop` would stop every Ray of this user on the node)."""
+
+    def __init__(self, env: dict[str, str], num_cpus: int | None = None, num_gpus: int | None = None) -> None:
+        import shutil
+        import subprocess
+        import sys
+        import tempfile
+        import time
+
+        self.port = job_ports(env)
+        tag = env.get("SLURM_JOB_ID") or str(os.getpid())
+        self.temp_dir = tempfile.mkdtemp(prefix=f"rtpo-ray-{tag}-", dir="/tmp")  # short: socket paths
+        ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", ""))
+        cmd = [ray_bin or "ray", "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+               f"--port={self.port}", f"--ray-client-server-port={self.port + 1}",
+               f"--dashboard-agent-listen-port={self.port + 2}", "--include-dashboard=false",
+               "--disable-usage-stats", f"--temp-dir={self.temp_dir}"]
+        if num_cpus is not None:
+            cmd.append(f"--num-cpus={num_cpus}")
+        if num_gpus is not None:
+            cmd.append(f"--num-gpus={num_gpus}")
+        self.log = Path(self.temp_dir) / "head.log"
+        self._f = open(self.log, "w")
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._f, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while "Ray runtime started" not in self.log.read_text():
+            if self.proc.poll() is not None or time.time() - t0 > 180:
+                tail = self.log.read_text()[-2000:]
+                self.stop()
+                raise RuntimeError(f"could not start this job's Ray head on port {self.port} "
+                                   f"(set RTPO_RAY_PORT to another port):\n{tail}")
+            time.sleep(0.5)
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        import shutil
+        import subprocess
+
+        if self.proc.poll() is None:
+            self.proc.terminate()  # `ray start --block` stops the processes it started
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._f.close()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
 def _v(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(cfg.get("verl") or {})
 
@@ -167,11 +236,15 @@ class EvalServers:
         self.model_dir = Path(model_dir)
         self.max_context = max_model_len(cfg, model_dir)  # also checks the model directory
         if not self.cpu:
+            from rtpo.verl_ext.gpu_env import check_nvidia_driver
+
+            check_nvidia_driver()
             check_gpus(cfg)
         self.tp, self.replicas = server_layout(cfg, self.cpu)
         self.rollout = rollout_name(cfg, self.cpu)
         self.overrides = eval_overrides(cfg, model_dir, seed, self.cpu, max_new_tokens)
         self._started_ray = False
+        self._head: LocalRayHead | None = None
         self.engine = None
         self.manager = None
 
@@ -202,8 +275,10 @@ class EvalServers:
         if not ray.is_initialized():
             kw: dict[str, Any] = {"runtime_env": {"env_vars": {k: env[k] for k in keys if k in env}},
                                   "ignore_reinit_error": True, "log_to_driver": False}
-            if self.cpu and not os.environ.get("RAY_ADDRESS"):
-                kw.update(num_cpus=32, num_gpus=1)  # logical resources (verl's resource pools ask for a GPU)
+            if not os.environ.get("RAY_ADDRESS"):  # this job's own head: its ports, its temp dir
+                # the CPU harness: logical resources (verl's resource pools ask for a GPU)
+                self._head = LocalRayHead({**os.environ, **env}, *((32, 1) if self.cpu else (None, None)))
+                kw["address"] = self._head.address
             ray.init(**kw)
             self._started_ray = True
         config = compose(self.overrides)
@@ -231,6 +306,9 @@ class EvalServers:
 
             ray.shutdown()
             self._started_ray = False
+        if self._head is not None:
+            self._head.stop()
+            self._head = None
 
     def __enter__(self):
         return self.start()

@@ -84,3 +84,64 @@ def env_spec(root: Path) -> EnvSpec:
         for r in proj.get("dependencies", []):  # rtpo itself: torch (sdpa) is a base dependency
             names |= _requirement_names(r)
     return EnvSpec(frozenset(names), tuple(sources))
+
+
+# --------------------------------------------------------------------------------------------------
+# The NVIDIA driver the GPU stack needs
+# --------------------------------------------------------------------------------------------------
+# The oldest driver branch of each CUDA major version (NVIDIA's CUDA Toolkit release notes, "CUDA Toolkit
+# and Minimum Required Driver Version"; minor-version compatibility within a major version): torch 2.11.0
+# and vLLM 0.24.0 from PyPI are CUDA 13.0 builds (cuda-toolkit 13.0.2, nvidia-*-cu13 in their metadata).
+MIN_DRIVER = {13: 580, 12: 525}
+GPU_STACK_CUDA = "13.0"  # environment.yml's torch 2.11.0 / vLLM 0.24.0 wheels
+
+
+class DriverError(OSError):
+    """The NVIDIA driver is older than the CUDA build of torch needs (an OSError: `rtpo` prints the
+    message and exits 2, as for any unusable input)."""
+
+
+def nvidia_driver(env: dict[str, str] | None = None) -> str | None:
+    """The driver version `nvidia-smi` reports (e.g. "580.65.06"), None where there is no nvidia-smi."""
+    import os
+    import shutil
+    import subprocess
+
+    env = dict(os.environ if env is None else env)
+    exe = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if exe is None:
+        return None
+    try:
+        r = subprocess.run([exe, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=60, env=env)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [x.strip() for x in r.stdout.splitlines() if x.strip()]
+    return lines[0] if r.returncode == 0 and lines else None
+
+
+def check_nvidia_driver(cuda: str | None = None, env: dict[str, str] | None = None) -> str | None:
+    """Raise DriverError when nvidia-smi reports a driver older than the CUDA build `cuda` (default: the
+    installed torch's, torch.version.cuda) needs; return the driver found (None: no nvidia-smi, or a CPU
+    build of torch: nothing to check)."""
+    found = nvidia_driver(env)
+    if found is None:
+        return None
+    if cuda is None:
+        try:
+            import torch
+
+            cuda = torch.version.cuda
+        except ImportError:  # pragma: no cover
+            cuda = None
+    if not cuda:
+        return found
+    major = int(str(cuda).split(".")[0])
+    need = MIN_DRIVER.get(major)
+    m = re.match(r"(\d+)", found)
+    if need is None or m is None or int(m.group(1)) >= need:
+        return found
+    raise DriverError(
+        f"NVIDIA driver {found} found; torch built for CUDA {cuda} needs driver >= {need} (CUDA {major}.x). "
+        f"Update the driver, or install CUDA {12 if major > 12 else major} builds of torch and vLLM (docs/cluster.md, "
+        "\"NVIDIA driver\"; environment.yml)")

@@ -49,6 +49,8 @@ from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 from rtpo.tracking import backends as tracking_backends
 
+STOPPED_FILE = "stopped_for_retry.json"  # rtpo.verl_ext.trainer.STOPPED_FILE (that module imports verl)
+
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
 SLURM_SCRIPT = HERE / "slurm_ray.sh"
@@ -130,36 +132,44 @@ def use_cpu_harness(cfg: dict[str, Any]) -> bool:
         return True
 
 
-def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any]) -> tuple[int, int]:
+def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | None = None) -> tuple[int, int]:
     """(prompt_length, response_length) of verl's rows.
 
-    RTPO rows are (c_k, one turn): prompt = env.max_prompt_tokens (default: half the model's
-    positions), response = env.max_new_tokens. Every other method trains flat rows (initial context,
-    the flattened trajectory; GRPO, Tree-GRPO, ARPO) or full-history rows (SeeUPO: history up to turn
-    k, turn k), whose trajectories need prompt + response = the whole episode: response = K *
-    max_new_tokens + (K - 1) * verl.obs_tokens (tool results between turns; default 512), cut to
-    verl.max_context - prompt when `verl.max_context` (a cap on prompt + response) is set: the
-    rollout then ends an episode when its context reaches the cap.
+    Flat and full-history rows (GRPO, Tree-GRPO, ARPO: initial context + the flattened trajectory;
+    SeeUPO: history up to turn k + turn k) hold the whole episode: prompt = env.max_prompt_tokens
+    (default: half the model's positions), response = K * max_new_tokens + (K - 1) * verl.obs_tokens
+    (tool results between turns; default 512), cut to verl.max_context - prompt when `verl.max_context`
+    (a cap on prompt + response) is set: the rollout then ends an episode when its context reaches it.
+
+    RTPO's rows are (c_k, one turn): response = max_new_tokens, prompt = env.max_prompt_tokens (E.3's
+    8192-token prompts) for a conditioning map that compresses the history (psi = qwen3, truncate:N, ...).
+    Under psi = full, c_k *is* the episode so far, the same quantity a flat row bounds: the prompt slot
+    is then the flat rows' prompt + response less one turn, so that RTPO (and RTPO-CA, the credit-
+    assignment study's psi = full arm) may use the same total context as the flat baselines. psi: the
+    cell's conditioning map (default env["psi"]).
     `verl.prompt_length` / `verl.response_length` override both (the cap included).
     """
     v = _verl_cfg(cfg)
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
     max_pos = int(cfg.get("model", {}).get("tiny", {}).get("max_position", 4096))
     P = int(v.get("prompt_length") or env.get("max_prompt_tokens") or max_pos // 2)
-    if method in TURN_ROW_METHODS:
-        R = T
-    else:
-        R = K * T + (K - 1) * int(v.get("obs_tokens", 512))
-        if v.get("max_context"):
-            if int(v["max_context"]) <= P:
-                raise ValueError(f"verl.max_context {v['max_context']} leaves no response after the {P}-token prompt")
-            R = min(R, int(v["max_context"]) - P)
-    return P, int(v.get("response_length") or R)
+    episode = K * T + (K - 1) * int(v.get("obs_tokens", 512))
+    if v.get("max_context"):
+        if int(v["max_context"]) <= P:
+            raise ValueError(f"verl.max_context {v['max_context']} leaves no response after the {P}-token prompt")
+        episode = min(episode, int(v["max_context"]) - P)
+    if method not in TURN_ROW_METHODS:
+        return P, int(v.get("response_length") or episode)
+    if str(psi if psi is not None else env.get("psi", "full")) == "full" and not v.get("prompt_length"):
+        P = P + episode - T
+    return P, int(v.get("response_length") or T)
 
 
 def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
-                   train_files: str | Path, val_files: str | Path, cpu: bool) -> list[str]:
-    """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched."""
+                   train_files: str | Path, val_files: str | Path, cpu: bool,
+                   external_ray: bool | None = None) -> list[str]:
+    """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`)."""
     from rtpo.config import method_settings
 
     s = method_settings(cfg, method, task)
@@ -169,7 +179,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     why = f"{method}.sync={m.get('sync')!r}"
     v = _verl_cfg(cfg)
     out = Path(out).resolve()
-    P, R = lengths(cfg, method, env)
+    P, R = lengths(cfg, method, env, psi)
     kl = float(tr["kl_coef"])
     n_prompts = int(tr["prompts_per_step"])
     tok = int(tr["micro_batch_tokens"])
@@ -229,8 +239,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
               "+actor_rollout_ref.rollout.agent.agent_loop_manager_class=rtpo.verl_ext.trainer.LazyAgentLoopManager"]
         o += [f"+rtpo.method_cfg.{k}={hydra_value(val, f'{method}.{k}')}" for k, val in sorted(m.items())]
         # RTPO's rows are (c_k, turn k): c_k must fit the prompt slot, so the rollout ends a trajectory
-        # before a context reaches prompt_length (E.3: 8192-token prompts); flat and full-history rows
-        # hold the whole episode, bounded by prompt_length + response_length (the engine's max_context)
+        # before a context reaches prompt_length (E.3: 8192-token prompts; under psi = full the flat
+        # rows' episode less one turn, see `lengths`); flat and full-history rows hold the whole
+        # episode, bounded by prompt_length + response_length (the engine's max_context)
         if method in TURN_ROW_METHODS:
             o.append(f"+rtpo.rollout_max_context={P}")
     else:
@@ -238,7 +249,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
     if cpu:
         rollout = cpu_rollout(cfg)
-        o += cpu_overrides(rollout=keep_rollout(rollout, why) if keep else rollout)
+        o += cpu_overrides(external_ray, rollout=keep_rollout(rollout, why) if keep else rollout)
     else:
         rollout = str(v.get("rollout", "vllm"))
         o += [
@@ -360,6 +371,44 @@ def prepare_data(cfg: dict[str, Any], task: str, train_file: str | Path, out: Pa
     d = out / "verl_data"
     return (write_parquet(train, d / "train.parquet", env, factory),
             write_parquet(val, d / "val.parquet", env, factory))
+
+
+STOP_FILE = "stop_requested"  # in the run directory: a signal reached `rtpo train` (rtpo.signals)
+
+
+def stop_overrides(stop_file: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The trainer's stop settings: the stop file it polls at each step boundary, the job's deadline
+    (rtpo.signals.job_deadline: RTPO_JOB_DEADLINE, SLURM_JOB_END_TIME or squeue; none outside a job)
+    and the margin kept before it."""
+    from rtpo.signals import job_deadline, stop_margin
+
+    o = [f"+rtpo.stop_file={hydra_value(str(stop_file))}", f"+rtpo.stop_margin_s={stop_margin(env)}"]
+    deadline = job_deadline(env)
+    if deadline is not None:
+        o.append(f"+rtpo.deadline={float(deadline)}")
+    return o
+
+
+def run_until_stopped(cmd: list[str], env: dict[str, str], log: Any, cwd: Path, stop_file: Path) -> int:
+    """Run verl's main_ppo; SIGTERM, SIGUSR1 or a first Ctrl-C to this process write `stop_file`, which
+    the trainer (in a Ray actor, out of reach of our signals) reads at its next step boundary: it saves
+    that step and returns, and main_ppo exits 0 with trainer's STOPPED_FILE written."""
+    from rtpo.signals import StopOnSigterm
+
+    def request(signum: int) -> None:
+        import signal
+
+        stop_file.write_text(f"{signal.Signals(signum).name} to rtpo train (pid {os.getpid()})\n")
+
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(cwd))
+    with StopOnSigterm(on_request=request):
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # a second Ctrl-C: stop verl now
+                proc.terminate()
+                proc.wait()
+                raise
 
 
 def command(overrides: list[str], python: str | None = None) -> list[str]:
@@ -537,25 +586,49 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         return 0
     check_verl_version()
     cpu = use_cpu_harness(cfg)
+    if not cpu:  # before any data or Ray: a driver too old for the CUDA build fails at the first CUDA call
+        from rtpo.verl_ext.gpu_env import check_nvidia_driver
+
+        check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
-    ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu)
+    in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
+    ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
+                        external_ray=in_slurm or None)
     cmd = command(ov)
-    if os.environ.get("SLURM_JOB_ID") and not cpu:
+    env = verl_env(cpu, logger=tracking_backends(cfg))
+    if in_slurm:
+        # a Slurm job: slurm_ray.sh starts the Ray cluster on the allocation and main_ppo joins it -- on the
+        # CPU harness too (the rehearsal, docs/rehearsal.md), with the harness's logical resources
         cmd = ["bash", str(SLURM_SCRIPT), *cmd]
+        if cpu:
+            env.setdefault("RTPO_GPUS_PER_NODE", "1")
+            env.setdefault("RTPO_CPUS_PER_NODE", "32")
     (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
     keep = checkpoint_keep(s["train"])
     prune_checkpoints(out, keep)  # an earlier attempt's older checkpoints: verl's rotation never sees them
+    stop_file, stopped = out / STOP_FILE, out / "checkpoint" / STOPPED_FILE
+    stop_file.unlink(missing_ok=True)
+    stopped.unlink(missing_ok=True)
+    cmd += stop_overrides(stop_file)
     t0 = time.perf_counter()
     log = out / "verl.log"
     with open(log, "a") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         f.flush()
-        rc = subprocess.call(cmd, env=verl_env(cpu, logger=tracking_backends(cfg)), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
+        rc = run_until_stopped(cmd, env, f, out, stop_file)
+    stop_file.unlink(missing_ok=True)
     if rc != 0:
         tail = log.read_text().splitlines()[-40:]
         print("\n".join(tail), file=sys.stderr)
         print(f"rtpo train --engine verl: verl exited with {rc}; full log: {log}", file=sys.stderr)
         return rc
+    if stopped.exists():  # the trainer saved a step early (signal or deadline): the job's retry resumes
+        from rtpo.signals import Stopped
+
+        info = json.loads(stopped.read_text())
+        stopped.unlink()
+        raise Stopped(f"stopped after step {info['step']} of {info['of']} ({info['why']}); checkpoint saved: "
+                      f"{info['checkpoint']}; the same command resumes from it")
     export_final(out, args.model)
     prune_checkpoints(out, keep)
     from rtpo.instrument import JsonlWriter, run_summary

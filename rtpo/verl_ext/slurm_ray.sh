@@ -119,6 +119,15 @@ fi
 WAIT="${RTPO_RAY_WAIT:-300}"
 POLL="${RTPO_RAY_POLL:-5}"
 RAY_BIN="${RAY_BIN:-$(dirname "$(command -v python || echo .)")/ray}"
+# Ray token authentication: `ray start` turns it on by itself when a token exists (~/.ray/auth_token, which
+# any earlier local `ray.init()` writes), but `ray status` and a joining driver take the mode only from
+# RAY_AUTH_MODE, so without this the wait below is refused ("InvalidAuthToken") and times out. One mode for
+# the head, the workers (srun exports the environment), the wait and the driver: the user's, else token
+# when a token is there to use.
+if [[ -z "${RAY_AUTH_MODE:-}" ]] && { [[ -n "${RAY_AUTH_TOKEN:-}" ]] \
+     || [[ -s "${RAY_AUTH_TOKEN_PATH:-${HOME:-/nonexistent}/.ray/auth_token}" ]]; }; then
+  export RAY_AUTH_MODE=token
+fi
 [[ -x "$RAY_BIN" ]] || die "no Ray executable at $RAY_BIN (set RAY_BIN)"
 mapfile -t NODES < <(scontrol show hostnames "$NODELIST")
 NNODES=${#NODES[@]}

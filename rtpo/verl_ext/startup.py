@@ -75,10 +75,11 @@ from typing import Any
 import yaml
 
 from rtpo.verl_ext.budget import (  # noqa: F401  (the estimates, re-exported: startup.gpu_memory, ...)
-    DTYPE_BYTES, ENTROPY_GRAD_BYTES, FLASH_ATTENTION, TORCH_ATTENTION, GB, GIB, MEMORY, MIB, STARTUP_MIN, STEP_TOKENS_PER_GPU_S, CheckError, Disk,
+    DTYPE_BYTES, ENTROPY_GRAD_BYTES, FLASH_ATTENTION, TORCH_ATTENTION, GB, GIB, MEMORY, MIB, CHECKPOINT_WRITE_GB_S, E3_SOURCE, STARTUP_MIN, STEP_TOKENS_PER_GPU_S, CheckError, Disk,
     GpuMemory, MemoryModel, ModelShape, RunTime, checkpoint_disk, entropy_grad_kind, entropy_patch_active, gpu_memory,
     host_memory, rollout_tokens, run_time, vllm_awake)
 from rtpo.verl_ext.gpu_env import EnvSpec, env_spec
+from rtpo.signals import DEFAULT_STOP_MARGIN_S
 
 # --------------------------------------------------------------------------------------------------
 # verl 0.9.1's defaults for the keys the launcher may leave alone (trainer/config/_generated_ppo_trainer.yaml)
@@ -457,23 +458,31 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "GPUs": n, "attention": attn, "fp32 logits GiB": round(logits_gib, 1),
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
-                   "entropy grad": kind, "context bound": context_bound(method, P, R)}
+                   "entropy grad": kind, "context bound": context_bound(method, P, R, s["psi"])}
     # shared-filesystem disk and the step time
     cell.disk, cell.time = checkpoint_disk(shape, ov), run_time(c, method, task, ov, R, n)
+    gb_s = float(v.get("checkpoint_write_gb_s", CHECKPOINT_WRITE_GB_S))
+    cell.time.checkpoint_s = cell.disk.checkpoint / GB / gb_s
     cell.values.update({"ckpt GB": round(cell.disk.checkpoint / GB, 1), "ckpt keep": cell.disk.keep,
                         "GB/run": round(cell.disk.run / GB, 1), "tok/step M": round(cell.time.step_tokens / 1e6, 2),
-                        "step min": round(cell.time.step_s / 60, 1), "run h": round(cell.time.run_min / 60, 1)})
+                        "step min": round(cell.time.step_s / 60, 1), "run h": round(cell.time.run_min / 60, 1),
+                        "E.3 step min": round(cell.time.anchor_step_s / 60, 1)})
     return cell
 
 
-def context_bound(method: str, P: int, R: int) -> str:
-    """What ends a trajectory of `method` for its context length, as the rollout applies it:
-    turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
-    full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
+def context_bound(method: str, P: int, R: int, psi: str | None = None) -> str:
+    """What ends a trajectory of `method` for its context length, as the rollout applies it: turn rows
+    (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the full history
+    is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R. Under psi = full
+    c_k is the episode so far, so the two bounds are one quantity, and the text says so.
     (the methods' cards, rtpo.methods.cards, not the registry: the check runs in `snakemake -n`, without torch.)"""
     from rtpo.methods.cards import TURN_ROW_METHODS
 
-    return f"c_k <= {P}, turn <= {R}" if method in TURN_ROW_METHODS else f"episode <= {P + R}"
+    if method not in TURN_ROW_METHODS:
+        return f"episode <= {P + R}"
+    if psi == "full":
+        return f"c_k <= {P}, turn <= {R} (psi = full: c_k is the episode so far, so episode <= {P + R})"
+    return f"c_k <= {P}, turn <= {R}"
 
 
 def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
@@ -536,6 +545,47 @@ def _int(x: Any, default: int = 0) -> int:
         return default
 
 
+def job_progress(c: CellReport, runtime: int, retries: int | None, caps: bool = False) -> list[str]:
+    """Why one training cell's jobs cannot make progress within its rule's Slurm runtime (minutes);
+    [] when they can.
+
+    A job makes progress only if it writes a checkpoint before its limit: it stops at a step boundary
+    when one more step and its checkpoint would not end in time (rtpo.signals: the deadline from
+    squeue, less RTPO_STOP_MARGIN_S), and it saves every train.checkpoint_every steps, which is what
+    is left when the job cannot learn its deadline. The step is E.3's, scaled (`RunTime.anchor_step_s`);
+    caps=True takes the step at the caps instead (every turn at max_new_tokens at the stated
+    throughput: an upper bound). Reasons: a job cannot fit start-up, reading the checkpoint, one step
+    and writing a checkpoint; periodic saves do not fit a job; the run needs more jobs than 1 + the
+    profile's retries."""
+    t = c.time
+    margin, ck = DEFAULT_STOP_MARGIN_S / 60, t.checkpoint_s / 60
+    fixed = STARTUP_MIN + 2 * ck + margin  # start-up, the resume's read, the last write, the stop margin
+    if caps:
+        step, what = t.step_s / 60, (f"step at the caps {t.step_s / 60:.1f} min ({t.step_tokens / 1e6:.2f}M tokens / "
+                                     f"{t.rate:g} tok/s per GPU x {t.gpus} GPUs, stated)")
+    else:
+        step, what = t.anchor_step_s / 60, f"step {t.anchor_step_s / 60:.1f} min ({t.anchor})"
+    if fixed + step > runtime:
+        return [f"{c.cell} cannot make progress: {STARTUP_MIN:g} min start-up + {ck:.1f} min checkpoint read + {what} + "
+                f"{ck:.1f} min checkpoint write ({c.disk.checkpoint / GB:.1f} GB at "
+                f"{c.disk.checkpoint / GB / max(t.checkpoint_s, 1e-9):g} GB/s) + {margin:g} min stop margin "
+                f"= {fixed + step:.0f} min > runtime {runtime} min; raise the rule's runtime in the profile, or shrink "
+                "the step (train.prompts_per_step)"]
+    per_job = int((runtime - fixed) // step)
+    out = []
+    if min(t.checkpoint_every, t.steps) > per_job:
+        out.append(f"{c.cell}: train.checkpoint_every {t.checkpoint_every} > the {per_job} steps of {step:.1f} min that "
+                   f"fit one job ({runtime} min less {fixed:.0f} min of start-up, checkpoint read and write and stop "
+                   f"margin): a job that cannot learn its deadline (no squeue) never saves; set "
+                   f"train.checkpoint_every <= {per_job}")
+    jobs = math.ceil(t.steps / per_job)
+    if retries is not None and jobs > 1 + retries:
+        out.append(f"{c.cell}: {t.steps} steps at {per_job} per job ({what}) need {jobs} jobs > 1 + retries "
+                   f"({retries}); raise the profile's `retries` to {jobs - 1} (each retry resumes), or rerun "
+                   "`snakemake --profile slurm` until it is done")
+    return out
+
+
 def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]], cells: list[CellReport],
                   shape: ModelShape, where: str = "workflow/profiles/slurm/config.yaml"
                   ) -> tuple[list[dict], list[Finding], list[Finding]]:
@@ -553,7 +603,8 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
     retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
         if (search.get("retriever") or {}).get("url") == "auto" else 0
     defaults = resources.get("*", {})
-    retries = _int((resources.get(PROFILE_SETTINGS) or {}).get("retries"), 0)
+    # None: unknown (the DAG's check while Snakemake parses): the jobs a run needs are not counted
+    retries = _int(resources[PROFILE_SETTINGS].get("retries"), 0) if PROFILE_SETTINGS in resources else None
     rows, findings, warnings = [], [], []
 
     def get(rule: str) -> dict[str, Any]:
@@ -604,23 +655,13 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
         if row["runtime"] < TRAIN_MIN_RUNTIME:
             findings.append(Finding(rule, f"{key}.runtime", "runtime",
                                     f"runtime {row['runtime']} min < {TRAIN_MIN_RUNTIME} (E.3: ~15 h for mathematics)"))
-        if slow is not None and slow.time.run_min > row["runtime"]:
-            t = slow.time
-            first = max(timed, key=lambda c: c.time.first_checkpoint_min)
-            budget = row["runtime"] * (1 + retries)
-            msg = (f"estimated {t.run_min:.0f} min ({t.run_min / 60:.1f} h) for {slow.cell} > runtime {row['runtime']} "
-                   f"min: {t.steps} steps x {t.step_s / 60:.1f} min ({t.step_tokens / 1e6:.2f}M generated tokens per "
-                   f"step at the caps, per prompt {t.how}, / {t.rate:g} tok/s per GPU x {t.gpus} GPUs) + "
-                   f"{STARTUP_MIN:g} min start-up; the "
-                   f"job resumes from its last checkpoint when resubmitted (retries: {retries}, i.e. {budget} min in "
-                   f"all: {'enough' if t.run_min <= budget else 'NOT enough'})")
-            if first.time.first_checkpoint_min > row["runtime"]:
-                f = first.time
-                msg += (f"; {first.cell} reaches its first checkpoint after {f.first_checkpoint_min:.0f} min "
-                        f"(train.checkpoint_every {f.checkpoint_every}), past the time limit: a resubmitted job "
-                        "would restart from the same checkpoint every time")
-            warnings.append(Finding(rule, f"{key}.runtime", "runtime estimate", msg))
-    from rtpo.experiment import STUDIES
+        for c in timed:  # can every job of this rule make progress? (rtpo.signals: stop before the limit)
+            findings += [Finding(rule, f"{key}.runtime", "progress", m) for m in job_progress(c, row["runtime"], retries)]
+        if slow is not None and slow.time.run_min > row["runtime"]:  # the upper bound: one line per rule
+            why = job_progress(slow, row["runtime"], retries, caps=True)
+            if why:
+                warnings.append(Finding(rule, f"{key}.runtime", "at the caps, an upper bound", "; ".join(why)))
+    from rtpo.grid import STUDIES
 
     eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
     for rule in eval_rules:
@@ -677,14 +718,16 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
 
 
 COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
-           "est. GiB/GPU", "ckpt GB", "ckpt keep", "GB/run", "tok/step M", "step min", "run h", "verdict"]
+           "est. GiB/GPU", "ckpt GB", "ckpt keep", "GB/run", "tok/step M", "step min", "run h", "E.3 step min", "verdict"]
 
 
 def format_report(rep: Report) -> str:
     """The per-cell table (Markdown), the evaluation and profile rows, then every finding."""
     if rep.note:
         return rep.note
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    fs = rep.all_findings()
+    lines = [verdict(rep), ""]
+    lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for c in rep.cells:
         vals = [c.cell] + [str(c.values.get(k, "")) for k in COLUMNS[1:-1]]
         vals.append("ok" if c.ok else "FAIL: " + ", ".join(sorted({f.rule for f in c.findings})))
@@ -702,12 +745,21 @@ def format_report(rep: Report) -> str:
         for r in rep.resources:
             lines.append("| " + " | ".join("-" if r.get(k) is None else str(r.get(k)) for k in cols) + " |")
     lines += disk_and_time_lines(rep)
-    fs = rep.all_findings()
     lines += ["", f"{len(rep.cells)} training cells, {len(fs)} failed rules" + (":" if fs else ": every check passes")]
     lines += [f"  {f}" for f in fs]
     if rep.warnings:
         lines += [f"{len(rep.warnings)} warnings (estimates, not failures):"] + [f"  WARN {w}" for w in rep.warnings]
     return "\n".join(lines)
+
+
+def verdict(rep: Report) -> str:
+    """The report's first line: pass or fail, and what failed."""
+    fs = rep.all_findings()
+    if not fs:
+        return (f"check-config: PASS: {len(rep.cells)} training cells, every check passes"
+                + (f" ({len(rep.warnings)} warnings below)" if rep.warnings else ""))
+    kinds = sorted({f.rule for f in fs})
+    return f"check-config: FAIL: {len(fs)} failed rules ({', '.join(kinds)}); first: {fs[0]}"
 
 
 def disk_and_time_lines(rep: Report) -> list[str]:
@@ -735,7 +787,12 @@ def disk_and_time_lines(rep: Report) -> list[str]:
                 + (f" and the untrained runs' final/ ({rep.untrained_final / GB:.1f} GB)" if rep.untrained_final else "")
                 + f": {total / 1e12:.2f} TB; {peak / 1e12:.2f} TB if every run were writing a checkpoint at once "
                   "(keep 1: verl deletes the old one only once the new one is complete)",
-            f"step time (an estimate, not a check): tok/step M = generated tokens per step at the caps (prompts_per_step "
+            f"step time: E.3 step min = {E3_SOURCE}, i.e. 11.5 min (math) and 19.2 min (knowledge; airline "
+            f"too) a step for RTPO at E.3's settings, scaled by the cell's generated tokens at the caps against that "
+            f"RTPO cell's and by 8 / its GPUs; what `progress` checks (start-up, checkpoint read and write at "
+            f"verl.checkpoint_write_gb_s = {CHECKPOINT_WRITE_GB_S:g} GB/s, stated, and one step must fit a job; "
+            f"the run must fit 1 + retries jobs)",
+            f"step time at the caps (an upper bound, warned about, not checked): tok/step M = generated tokens per step at the caps (prompts_per_step "
             f"x the method's rollouts x every turn at max_new_tokens: an upper bound); step min = tok/step / ({rate} "
             f"generated tok/s per GPU x {gpus} GPUs); verl.step_tokens_per_gpu_s = {rate} is "
             + ("stated, not measured (rollout 1,000 and training 500 tok/s per A100; docs/verl.md, \"Disk and run "

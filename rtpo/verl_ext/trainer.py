@@ -45,6 +45,7 @@ from rtpo.tracking import scalars
 from rtpo.loss import kl_rollout_train
 from rtpo.methods.cards import card, needs_keep_weights
 from rtpo.rollout import Roller
+from rtpo.signals import stop_reason
 from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import make_env_factory, rtpo_settings, task_from_row
 from rtpo.verl_ext.engine import VerlEngine, update_config_from_verl, update_stats
@@ -52,6 +53,13 @@ from rtpo.verl_ext.server_engine import ServerEngine
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "INFO"))
+
+# written next to verl's checkpoints when a job stops early for its retry (read by launch.train_verl)
+STOPPED_FILE = "stopped_for_retry.json"
+
+
+class StopForRetry(Exception):
+    """Raised at a step boundary, once the step is checkpointed, to leave verl's fit() early."""
 
 
 def column(td: Any, key: str) -> list:
@@ -91,6 +99,80 @@ class RTPOTrainerMixin:
             # trainer's own process: a Ray worker has the cluster's environment, not main_ppo's
             os.environ["TENSORBOARD_DIR"] = str(Path(path).parent)
         self._measure: list[tuple[float, float, int]] = []
+        # stopping for the retry (rtpo.signals): the launcher's stop file and the job's deadline
+        self._deadline = self.rtpo.get("deadline")
+        self._stop_margin = float(self.rtpo.get("stop_margin_s", 0.0))
+        self._stop_file = self.rtpo.get("stop_file")
+        self._longest_step = 0.0
+        self._longest_save = 0.0
+        self._step_t0 = time.time()
+
+    def _check_entropy_patch(self) -> dict[str, Any]:
+        """Ask the actor worker (rank 0) whether verl's entropy_from_logits_with_chunking is rtpo's in its
+        process: the launcher loads rtpo.verl_ext.plugin there through VERL_USE_EXTERNAL_MODULES, which
+        only reaches the workers if Ray was started with that environment (launch.verl_env; a cluster
+        joined through RAY_ADDRESS may not have been). Without it Tree-GRPO's entropy bonus keeps
+        8 B x T x V for backward (rtpo/verl_ext/entropy.py) and the memory estimate is wrong."""
+        from rtpo.verl_ext.entropy import worker_state
+
+        state = self.actor_rollout_wg.execute_func_rank_zero(worker_state)
+        state = state[0] if isinstance(state, list) else state
+        if not state.get("patched"):
+            raise RuntimeError(
+                f"rtpo: the entropy patch is not in force in the actor worker (pid {state.get('pid')}, "
+                f"VERL_USE_EXTERNAL_MODULES={state.get('external_modules')!r}): that process did not import "
+                "rtpo.verl_ext.plugin. Start the Ray cluster with the environment of rtpo.verl_ext.launch.verl_env "
+                "(slurm_ray.sh does), or let main_ppo start its own")
+        print(f"rtpo: entropy patch in force in actor worker pid {state['pid']} "
+              f"(VERL_USE_EXTERNAL_MODULES={state['external_modules']})", flush=True)
+        return state
+
+    # ------------------------------------------------------------------ stopping for the retry
+    def _setup(self):
+        super()._setup()
+        self.entropy_patch = self._check_entropy_patch()
+
+    def fit(self, agent_loop_manager):
+        try:
+            return super().fit(agent_loop_manager)
+        except StopForRetry as e:
+            logger.warning(f"rtpo: {e}")
+            self._shutdown_dump_executor()
+
+    def on_step_begin(self):
+        super().on_step_begin()
+        self._step_t0 = time.time()
+
+    def _save_checkpoint(self):
+        t0 = time.time()
+        super()._save_checkpoint()
+        self._longest_save = max(self._longest_save, time.time() - t0)
+        self._saved_step = int(self.global_steps)
+
+    def _stop_at_boundary(self) -> None:
+        """At the end of step `global_steps` (after verl's periodic save): when the launcher asked to stop
+        or one more step and its checkpoint would not end before the job's deadline, save this step
+        (unless verl just did), write STOPPED_FILE and leave fit(); `rtpo train` then exits 143 and the
+        job's retry resumes from this checkpoint (trainer.resume_mode=auto)."""
+        now = time.time()
+        self._longest_step = max(self._longest_step, now - self._step_t0)
+        if int(self.global_steps) >= int(self.total_training_steps):
+            return  # the last step: the run ends here anyway
+        deadline = None if self._deadline is None else float(self._deadline)
+        why = stop_reason(now, self._longest_step, self._longest_save, deadline, self._stop_margin, self._stop_file)
+        if why is None:
+            return
+        if getattr(self, "_saved_step", None) != int(self.global_steps):
+            self._save_checkpoint()
+        step = int(self.global_steps)
+        d = Path(str(self.config.trainer.default_local_dir))
+        d.mkdir(parents=True, exist_ok=True)
+        (d / STOPPED_FILE).write_text(json.dumps({"step": step, "of": int(self.total_training_steps), "why": why,
+                                                  "checkpoint": str(self._step_dir_abs(step))}) + "\n")
+        raise StopForRetry(f"stopped after step {step} of {self.total_training_steps}: {why}; checkpoint saved")
+
+    def _step_dir_abs(self, step: int) -> Path:
+        return _absolute(os.path.join(str(self.config.trainer.default_local_dir), f"global_step_{step}"))
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -113,12 +195,16 @@ class RTPOTrainerMixin:
         logprobs (PPO's ratio denominator: UpdateConfig.old = "recompute", the rule of every method and
         of LocalEngine.update), the rollout-training ratio / KL on trained tokens (paper Fig. 3), and the
         reference logprobs when a KL term is on. Returns (batch, ratio, KL, trained tokens)."""
-        with marked_timer("old_log_prob", timing_raw, color="blue"):
-            batch = self._compute_old_log_prob(batch, metrics=metrics)
-        ratio, kl, n = self._measure_rollout_consistency(batch)
+        # the reference pass first: the actor update reads the fields the batch's meta lists, and the meta
+        # comes from the last put that returns one -- the old-logprob pass's, here (verl's own step puts the
+        # advantages after both). Scored after it, ref_log_prob was written but not listed, and any KL term
+        # (the paper's 0.02) failed in the update: KeyError 'ref_log_prob'
         if self.use_reference_policy:
             with marked_timer("ref", timing_raw, color="olive"):
                 batch = self._compute_ref_log_prob(batch, metrics=metrics)
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            batch = self._compute_old_log_prob(batch, metrics=metrics)
+        ratio, kl, n = self._measure_rollout_consistency(batch)
         return batch, ratio, kl, n
 
     def _update_actor_whole(self, batch: KVBatchMeta, metrics: dict[str, Any], temperature: float | None = None):
@@ -194,6 +280,10 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
         # the same rtpo/* scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
         metrics.update(scalars(rec))
         return batch
+
+    def on_step_end(self):
+        super().on_step_end()  # verl's sync: push the new weights to the rollout servers
+        self._stop_at_boundary()
 
 
 def _summary_traj(s: dict[str, Any]) -> Any:
@@ -288,7 +378,8 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         self.engine.wake()  # push the (possibly resumed) actor weights, as verl's sync trainer does
 
     def on_step_end(self):
-        pass  # the methods sync before they sample: the next step's sync() pushes the weights
+        # the methods sync before they sample: the next step's sync() pushes the weights
+        self._stop_at_boundary()
 
     def _get_required_batch_multiple(self, dp_size: int) -> int:
         return dp_size  # one update = one mini-batch of any size (VerlEngine.update)

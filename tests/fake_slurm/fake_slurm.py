@@ -52,7 +52,18 @@ test; a test may also write $FAKE_SLURM_DIR/jobs/<id>.json as {"name": "", "stat
 A job runs in its own session; when its script exits, what is left of it is killed, as Slurm ends
 a job's processes with the job.
 
-Time limits / preemption: with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
+Time limits, as slurmd enforces them: a job's `-t/--time` (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM,
+D-HH:MM:SS; what the executor plugin passes from the `runtime` resource) ends it at the limit --
+SIGTERM to every process of the job, SIGKILL to what is left KillWait (FAKE_SLURM_KILL_WAIT, default 30)
+seconds later -- in state TIMEOUT. `--signal=[{R|B}:]SIG[@N]` (SIG a number or a name, USR1 or SIGUSR1;
+N seconds, default 60) sends SIG N seconds before the limit: with `B:` to the batch shell only, without
+it to the job's steps (srun's tasks), as sbatch(1) says. FAKE_SLURM_SECONDS_PER_MINUTE (default 60)
+makes a limit minute shorter, so a test can give a job a limit of "1 minute" that lasts a few seconds;
+N stays in real seconds (the time a job has to save). The batch script gets SLURM_JOB_END_TIME, and
+`squeue -h -j <id> -o %L` prints the time the job has left, as rtpo.signals reads them. What happened is recorded in the job's file
+(jobs/<id>.json: "limit_s", "signals": [{"sig", "at_s", "to"}], "killed"; every job: "start", "end").
+
+Preemption-style kills: with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
 contains it is killed as Slurm kills a job at its time limit: once FAKE_SLURM_KILL_WHEN
 ("<file>:<text>", the file relative to the job's directory) holds the text, SIGTERM to every process
 of the job, SIGKILL to what is left FAKE_SLURM_KILL_WAIT seconds later (KillWait, default 30) --
@@ -79,7 +90,7 @@ VALUE_OPTS = {"-A", "--account", "-p", "--partition", "-t", "--time", "--mem", "
               "--gpus", "-G", "--gres", "--qos", "--reservation", "--exclude", "--array",
               "--starttime", "-S", "--endtime", "-E", "--format", "-o", "-u", "--user", "--states", "--name",
               "-w", "--nodelist", "--gpus-per-node", "--gpus-per-task", "--ntasks-per-node", "--mem-per-gpu",
-              "--cpus-per-gpu", "--ntasks-per-gpu", "--distribution", "-m"}
+              "--cpus-per-gpu", "--ntasks-per-gpu", "--distribution", "-m", "-j", "--jobs"}
 
 
 def state_dir() -> Path:
@@ -171,15 +182,27 @@ def sbatch(argv: list[str]) -> int:
         if k in opts:
             env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = opts[k]
     set_gpu_env(env, alloc["gpus_per_node"])  # the batch step holds the first node's GPUs
-    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc}))
+    try:
+        limit = time_limit(opts)
+    except SlurmError as e:
+        print(f"sbatch: error: {e}", file=sys.stderr)
+        return 1
+    end_time = time.time() + limit["limit_s"] if limit else None
+    if end_time:
+        env["SLURM_JOB_END_TIME"] = str(int(end_time))
+    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc,
+                                            "end_time": end_time}))
     kill = kill_plan(opts, workdir)
+    started = time.time()
     with open(log_path, "w") as out:
         proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        killed = run_job(proc, kill)
+        killed = run_job(proc, kill, limit, job_id)
     rc = proc.returncode
-    state = kill["state"] if killed else "COMPLETED" if rc == 0 else "FAILED"
+    state = killed["state"] if killed else "COMPLETED" if rc == 0 else "FAILED"
     job_file(job_id).write_text(json.dumps({"name": name, "state": state, "rc": rc, "opts": opts, "alloc": alloc,
+                                            "start": started, "end": time.time(),
+                                            **({"limit_s": limit["limit_s"], "signals": limit["sent"]} if limit else {}),
                                             **({"killed": killed} if killed else {})}))
     print(job_id if "--parsable" in opts else f"Submitted batch job {job_id}")
     return 0
@@ -202,6 +225,53 @@ def kill_plan(opts: dict[str, str], workdir: str) -> dict | None:
             "state": os.environ.get("FAKE_SLURM_KILL_STATE", "TIMEOUT")}
 
 
+def parse_time(spec: str) -> float:
+    """Slurm's time formats -> minutes: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    try:
+        days, _, rest = spec.rpartition("-") if "-" in spec else ("0", "", spec)
+        parts = [float(x) for x in rest.split(":")]
+        if "-" in spec:  # D-H, D-H:M, D-H:M:S
+            h, m, sec = (parts + [0, 0])[:3]
+        elif len(parts) == 1:
+            h, m, sec = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, sec = 0, parts[0], parts[1]
+        else:
+            h, m, sec = parts[:3]
+        return float(days or 0) * 1440 + h * 60 + m + sec / 60
+    except ValueError:
+        raise SlurmError(f"Invalid time limit specification (--time={spec})") from None
+
+
+def parse_signal(spec: str) -> dict:
+    """`--signal=[{R|B}:]SIG[@N]` -> {"sig": number, "ahead_s": N, "batch": bool}."""
+    flags, _, rest = spec.rpartition(":")
+    sig, _, ahead = rest.partition("@")
+    try:
+        num = int(sig) if sig.isdigit() else int(getattr(signal, sig if sig.startswith("SIG") else f"SIG{sig}"))
+        return {"sig": num, "ahead_s": float(ahead or 60), "batch": "B" in flags}
+    except (AttributeError, ValueError):
+        raise SlurmError(f"Invalid --signal specification: {spec}") from None
+
+
+def time_limit(opts: dict[str, str]) -> dict | None:
+    """The job's time limit in (scaled) seconds and its warning signal, or None without --time."""
+    spec = opts.get("--time", opts.get("-t"))
+    if spec is None:
+        return None
+    scale = float(os.environ.get("FAKE_SLURM_SECONDS_PER_MINUTE", "60"))
+    warn = parse_signal(opts["--signal"]) if "--signal" in opts else None
+    return {"limit_s": parse_time(spec) * scale, "warn": warn, "sent": [],
+            "wait": float(os.environ.get("FAKE_SLURM_KILL_WAIT", "30"))}
+
+
+def _step_pids(job_id: str) -> list[int]:
+    """The live processes srun started for this job (its steps' tasks)."""
+    f = state_dir() / "steps.jsonl"
+    lines = f.read_text().splitlines() if f.exists() else []
+    return [e["pid"] for e in map(json.loads, lines) if e.get("job") == job_id and "pid" in e and _alive(e["pid"])]
+
+
 def _signal_job(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)  # the job's session: every process it started
@@ -220,20 +290,36 @@ def _job_alive(proc: subprocess.Popen) -> bool:
         return False
 
 
-def run_job(proc: subprocess.Popen, kill: dict | None) -> dict | None:
-    """Wait for the job; carry out `kill` when its condition holds. Returns what was done, or None.
+def run_job(proc: subprocess.Popen, kill: dict | None, limit: dict | None = None, job_id: str = "") -> dict | None:
+    """Wait for the job; carry out `kill` when its condition holds, and the time limit's warning signal
+    and kill. Returns what was done ({"state", "sigterm_at", ...}), or None.
 
     As slurmd ends a job at its time limit: SIGTERM to every process of the job, then up to KillWait
     for all of them to exit (the batch shell may die at once; the job steps it started get the
     whole grace time), then SIGKILL. A job that ends by itself has what it left behind killed.
     """
     done = None
+    start = time.time()
     while proc.poll() is None or (done and _job_alive(proc)):
+        elapsed = time.time() - start
+        warn = limit and limit["warn"]
+        if warn and not limit["sent"] and done is None and elapsed >= limit["limit_s"] - warn["ahead_s"]:
+            pids = [proc.pid] if warn["batch"] else _step_pids(job_id)
+            for pid in pids:
+                try:
+                    os.kill(pid, warn["sig"])
+                except ProcessLookupError:
+                    pass
+            limit["sent"].append({"sig": warn["sig"], "at_s": round(elapsed, 2), "to": pids})
+        if limit and done is None and elapsed >= limit["limit_s"]:
+            _signal_job(proc, signal.SIGTERM)
+            done = {"state": "TIMEOUT", "sigterm_at": time.time(), "wait": limit["wait"], "limit_s": limit["limit_s"]}
+            kill = done
         if kill and done is None:
             f = kill["file"]
             if f is None or (f.exists() and kill["text"] in f.read_text(errors="replace")):
                 _signal_job(proc, signal.SIGTERM)
-                done = {"sigterm_at": time.time()}
+                done = {"state": kill["state"], "sigterm_at": time.time()}
         if done and "sigkill_at" not in done and time.time() - done["sigterm_at"] > kill["wait"]:
             _signal_job(proc, signal.SIGKILL)
             done["sigkill_at"] = time.time()
@@ -266,8 +352,19 @@ def sacct(argv: list[str]) -> int:
     return 0
 
 
+def left(seconds: float) -> str:
+    """squeue's %L: [days-]hours:minutes:seconds."""
+    s = max(0, int(seconds))
+    d, s = divmod(s, 86400)
+    return (f"{d}-" if d else "") + f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
 def squeue(argv: list[str]) -> int:
     opts, _ = parse(argv, stop_at_positional=False)
+    if "%L" in opts.get("-o", opts.get("--format", "")) and "-j" in opts:  # the time a job has left
+        j = json.loads(job_file(opts["-j"]).read_text()) if job_file(opts["-j"]).exists() else {}
+        print(left(j["end_time"] - time.time()) if j.get("end_time") else "UNLIMITED")
+        return 0
     for job_id, state in jobs_named(opts.get("--name")):
         print(f"{job_id}|{state}")
     return 0

@@ -113,7 +113,7 @@ def check_verl_startup(cfg):
     dry runs included, naming the cell and the key. Main process only; engine verl only."""
     if not workflow.is_main_process or cfg.get("engine") != "verl":
         return
-    from rtpo.verl_ext.startup import check_config, first_error
+    from rtpo.verl_ext.startup import PROFILE_SETTINGS, check_config, first_error
 
     def plain(v):
         return getattr(v, "raw", v)
@@ -124,6 +124,11 @@ def check_verl_startup(cfg):
         resources = {"*": {k: plain(v) for k, v in defaults.items()}}
         for rule, res in (workflow.resource_settings.overwrite_resources or {}).items():
             resources[rule] = {k: plain(v) for k, v in res.items()}
+        # the jobs a training run may take (a job stopped at its time limit resumes in the next); the
+        # execution settings exist once Snakemake executes, not while it parses (then: not checked)
+        ex = getattr(workflow, "execution_settings", None)
+        if ex is not None:
+            resources[PROFILE_SETTINGS] = {"retries": ex.retries}
     try:
         err = first_error(check_config(cfg, resources, profile_name="the Slurm profile"))
     except ValueError as e:

@@ -24,8 +24,32 @@ rule tokenizer:
         "rtpo tokenizer --config {params.config} --data results/data --out {output} > {log} 2>&1"
 
 
+# model.source hf with a hub_id: the download alone, a local rule (Snakefile: it runs where snakemake runs,
+# the login node, which has the internet that compute nodes often lack), at the pinned model.revision.
+# A model.path already in place (copied by hand) is used as it is.
+HUB_MODEL = (config["model"]["path"] if config["model"]["source"] == "hf" and config["model"].get("hub_id")
+             and config["model"].get("path") else None)
+
+if HUB_MODEL:
+
+    rule fetch_model:
+        output:
+            directory(HUB_MODEL),
+        params:
+            hub_id=config["model"]["hub_id"],
+            revision=f"--revision {config['model']['revision']}" if config["model"].get("revision") else "",
+        log:
+            "results/logs/models/fetch_model.log",
+        threads: 1
+        conda:
+            CONDA_ENV
+        shell:
+            "python -m rtpo.sft fetch-model {params.hub_id} {output} {params.revision} > {log} 2>&1"
+
+
 rule base_model:
     input:
+        hub=[HUB_MODEL] if HUB_MODEL else [],
         tokenizer=["results/models/tokenizer"] if needs_tokenizer() else [],
         experts=expand("results/data/{task}/experts.jsonl", task=TASKS) if needs_sft() else [],
     output:

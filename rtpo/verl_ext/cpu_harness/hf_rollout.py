@@ -83,7 +83,8 @@ class HFGenerateServer:
 
     def __init__(self, model_path: str | None = None, *, engine: Any = None, seed: int = 0,
                  max_model_len: int | None = None, response_length: int | None = None,
-                 threads: int | None = None, sleep_level: int = 2, free_cache_engine: bool = True) -> None:
+                 threads: int | None = None, sleep_level: int = 2, free_cache_engine: bool = True,
+                 max_num_seqs: int | None = None) -> None:
         if (model_path is None) == (engine is None):
             raise ValueError("HFGenerateServer needs exactly one of model_path and engine")
         if int(sleep_level) not in (1, 2):
@@ -107,6 +108,11 @@ class HFGenerateServer:
         self.weight_updates = 0
         self.sleep_level = int(sleep_level)
         self.free_cache_engine = bool(free_cache_engine)
+        # at most this many requests per batch (vLLM's rollout.max_num_seqs; None: all pending). The
+        # batches are formed by arrival timing, and a row's logits differ in their last bits between 1-3
+        # and >= 4 rows (other GEMM kernels), so batch composition is one way two runs of the same config
+        # can sample differently; max_num_seqs 1 removes that one (not every one: docs/verl.md)
+        self.max_num_seqs = int(max_num_seqs) if max_num_seqs else None
         self._asleep: set[str] = set()      # sleeping tags ("weights", "kv_cache")
         self._discarded = False             # a level-2 sleep dropped the weights; no update_weights since
         self.sleeps = 0
@@ -210,8 +216,9 @@ class HFGenerateServer:
         while self._pending:
             await asyncio.sleep(0)  # let concurrent requests of the same wave arrive
             key = self._pending[0][0]
-            batch = [r for r in self._pending if r[0] == key]
-            self._pending = [r for r in self._pending if r[0] != key]
+            batch = [r for r in self._pending if r[0] == key][:self.max_num_seqs]
+            taken = {id(r) for r in batch}
+            self._pending = [r for r in self._pending if id(r) not in taken]
             max_new, temp, top_p, stop_tool = key
             params = SamplingParams(max_new_tokens=max_new, temperature=temp, top_p=top_p, stop_at_tool_call=stop_tool)
             try:
@@ -357,7 +364,8 @@ def _make_replica_class(sleep_level: int):
                 model_path=str(path), seed=int(getattr(cfg, "seed", 0) or 0),
                 max_model_len=int(cfg.max_model_len) if cfg.max_model_len else None,
                 response_length=int(cfg.response_length), sleep_level=self.SLEEP_LEVEL,
-                free_cache_engine=bool(getattr(cfg, "free_cache_engine", True)))
+                free_cache_engine=bool(getattr(cfg, "free_cache_engine", True)),
+                max_num_seqs=int(getattr(cfg, "max_num_seqs", 0) or 0) or None)
             await server.ready.remote()
             self.servers = [server]
             self._server_handle = server
