@@ -661,7 +661,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
             why = job_progress(slow, row["runtime"], retries, caps=True)
             if why:
                 warnings.append(Finding(rule, f"{key}.runtime", "at the caps, an upper bound", "; ".join(why)))
-    from rtpo.grid import STUDIES
+    from rtpo.experiment import STUDIES
 
     eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
     for rule in eval_rules:
