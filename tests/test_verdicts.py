@@ -133,6 +133,8 @@ def test_a_zero_width_interval_cannot_be_scored():
     # before: "effect excluded" from an interval with no width; a quantity this coarse shows nothing
     assert effect_verdict(flat, -1, 1.0) == INCONCLUSIVE
     assert effect_verdict(summarize([2.0, 2.0, 2.0]), +1, 1.0) == INCONCLUSIVE   # nor "reproduced"
+    # the same difference computed two ways differs in its last bits: still no width
+    assert effect_verdict(summarize([25.000000000000004, 25.0, 24.999999999999996]), +1, 1.0) == INCONCLUSIVE
     assert math.isnan(t_pvalues(flat, -1, 1.0)[0])
     row = evaluate_claim(_claim([0.0, 0.0, 0.0, 0.0], sign=-1))
     assert row["verdict"] == INCONCLUSIVE and "zero width" in row["note"] and math.isnan(row["p_zero_bh"])

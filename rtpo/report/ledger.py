@@ -848,11 +848,13 @@ def verdict_counts(df: pd.DataFrame) -> dict[Any, int]:
 def counts_text(df: pd.DataFrame) -> str:
     """The ledger summary, one clause per kind: "40 empirical (3 reproduced, ...); 7 structural (...); ..."."""
     k = verdict_counts(df)
+    # a ledger written by older rules (e.g. a committed reference) may hold verdicts of its own: listed too
+    known = [*VERDICTS, *dict.fromkeys(v for v in df.verdict if v not in VERDICTS)]
     parts = []
     for kind in KINDS:
         if not k[kind]:
             continue
-        vs = ", ".join(f"{k[(kind, v)]} {v}" for v in VERDICTS if k.get((kind, v)))
+        vs = ", ".join(f"{k[(kind, v)]} {v}" for v in known if k.get((kind, v)))
         parts.append(f"{k[kind]} {kind} ({vs})")
     return "; ".join(parts) if parts else "none"
 

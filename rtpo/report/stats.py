@@ -149,13 +149,19 @@ THEORY_TOO_WIDE = 0.5   # tolerance / |closed form| from which a theory row cann
 NOT_A_CONTRADICTION = ("not a contradiction", "does not contradict")
 
 
+def zero_width(s: Summary) -> bool:
+    """Whether the seeds' values are all the same, up to float rounding (an exact per-seed difference computed
+    two ways differs in its last bits: 25.000000000000004 against 25.0)."""
+    return not math.isnan(s.std) and s.std <= 1e-9 * max(1.0, abs(s.mean))
+
+
 def t_pvalues(s: Summary, sign: int, effect: float) -> tuple[float, float]:
     """(p_zero, p_effect) of RULE_EFFECT: the two-sided t-test that the mean is 0, and the one-sided t-test of
     H0 "the effect is at least `effect` on the paper's side" (sign = +1: > 0 claimed, -1: < 0). NaN when the
     interval cannot be formed (n < 2) or has zero width."""
     from scipy import stats
 
-    if s.n < 2 or math.isnan(s.std) or s.std == 0:
+    if s.n < 2 or math.isnan(s.std) or zero_width(s):
         return math.nan, math.nan
     se = s.std / math.sqrt(s.n)
     df = s.n - 1
@@ -168,7 +174,7 @@ def unscorable(s: Summary, effect: float, resolution: float = math.nan) -> str:
     """Why an empirical row cannot be scored (RULE_EFFECT), or "" when it can."""
     if s.n < 2 or math.isnan(s.lo):
         return f"{s.n} seed(s): no interval"
-    if s.std == 0:
+    if zero_width(s):
         return (f"interval of zero width: every seed's value is {s.mean:g}, no spread to test against "
                 "(a quantity this coarse cannot resolve the effect)")
     if not math.isnan(resolution) and resolution > effect:
