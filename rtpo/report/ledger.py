@@ -13,10 +13,15 @@ builder per section below (registry `SECTIONS`, in ledger order), each returning
                     by construction, e.g. RTPO's ratio of 1: never counts as reproduced); implementation
                     check / derivation check (the theory rows)
   expected          the paper's sign and, for empirical claims, its effect size on our scale with how it
-                    was mapped (e.g. a relative gain times our baseline's level), else MIN_EFFECT[unit]
+                    was mapped (paper_effect: the paper's relative change times our baseline's level, or its
+                    figure as is where it is in the row's unit), else MIN_EFFECT[unit]
+  p_zero, p_effect  the row's two t-tests (RULE_EFFECT) and their Benjamini-Hochberg adjustment over the
+  p_*_bh            ledger's scored empirical rows (evaluate_family), which the verdicts use
   verdict           by `rule` and kind (stats.RULE_EFFECT / RULE_EQUIVALENCE / RULE_STRUCTURAL /
-                    RULE_THEORY, quoted in the ledger itself): reproduced, not reproduced, effect excluded,
-                    inconclusive; structural: holds (by construction), contradicts its construction
+                    RULE_THEORY, quoted in the ledger itself): reproduced, not reproduced, paper's sign with
+                    a smaller effect, no effect of the paper's size, inconclusive (also: cannot be scored, the
+                    note says why), not measurable at this scale (a training dynamic of runs that do not
+                    learn); structural: holds (by construction), contradicts its construction
 
 Rows exist whatever the config runs: a comparison whose runs are absent has n = 0 and is
 inconclusive, and its note says what is missing. An ablation arm that is the main grid's configuration
