@@ -201,7 +201,7 @@ def test_the_papers_figure_maps_to_our_scale():
     # a relative gain at our baseline's level (pp of pass@1)
     m = ledger.paper_effect(PAPER["gain_vs_grpo"], "pp", ledger._level({0: 0.13, 1: 0.142}, 100), "GRPO")
     assert m["effect"] == pytest.approx(0.215 * 13.6)
-    assert "+21.5 % relative × GRPO's 13.6 pp (our mean) = 2.92 pp" in m["effect_basis"]
+    assert "+21.5 % relative × GRPO's 13.6 % (our mean) = 2.92 pp" in m["effect_basis"]
     # a figure already in the row's unit (a percent change) maps as it is
     m = ledger.paper_effect(PAPER["airline_tps_vs_grpo"], "%")
     assert m["effect"] == pytest.approx(56.0) and "the same unit" in m["effect_basis"]

@@ -164,7 +164,7 @@ def paper_effect(ref: PaperFigure, unit: str, level: float = math.nan, label: st
     if math.isnan(level) or level == 0:
         return {}
     d = abs(c) / 100 * abs(level)
-    basis = f"the paper's {c:+.3g} % relative × {label}'s {level:.3g} {unit} (our mean)"
+    basis = f"the paper's {c:+.3g} % relative × {label}'s {level:.3g} {'%' if unit == 'pp' else unit} (our mean)"
     if unit == "pp" and c > 0 and d > 100 - level:
         d = 100 - level
         basis += f", capped at the headroom 100 − {level:.3g}"
