@@ -376,7 +376,7 @@ def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
 def test_consistency_builder_tests_the_ratio_against_the_papers_level():
     from rtpo.report.ledger import RATIO_MARGIN, consistency
 
-    cfg = {"tasks": ["math"], "methods": ["grpo", "rtpo"], "seeds": [0, 1]}
+    cfg = {"tasks": ["math"], "methods": ["grpo", "rtpo"], "seeds": [0, 1], "env": {"math": {"psi": "qwen3"}}}
     steps = [{"scope": "main", "variant": "", "task": "math", "method": m, "seed": s, "step": i,
               "ratio_mean": (1.0 if m == "rtpo" else 0.9 + 0.01 * i), "geo_ratio": (1.0 if m == "rtpo" else 0.9 + 0.01 * i),
               "kl_rollout_train": 0.0 if m == "rtpo" else 0.03 - 0.002 * i}
@@ -396,6 +396,10 @@ def test_consistency_builder_tests_the_ratio_against_the_papers_level():
     assert rec.values == pytest.approx({0: 0.008, 1: 0.008})
     assert rec.effect == pytest.approx(0.03 * (1 - 0.03 / 0.11))
     assert claims["4.2-kl-grpo-math"].values == pytest.approx({0: 0.026, 1: 0.026})
+    # under psi = full there is no mismatch to recover: no values, and the note says why
+    cfg["env"]["math"]["psi"] = "full"
+    rec = {c.id: c for c in consistency(_synthetic(cfg, steps, evals))}["F.2-recovery-grpo-math"]
+    assert rec.values == {} and "no mismatch to recover on math: psi = full" in rec.note
     assert claims["4.2-kl-seeupo-math"].values == {}   # no SeeUPO runs: n = 0, inconclusive
 
 
