@@ -45,7 +45,7 @@ def build_engine(model_dir: str | Path, cfg: dict[str, Any], seed: int, referenc
 
 
 def check_model_fits(model_dir: str | Path, cfg: dict[str, Any]) -> None:
-    """Refuse, before any work, a model directory that does not fit this config (issue 39): a base model
+    """Refuse, before any work, a model directory that does not fit this config: a base model
     `rtpo base-model` made under other model settings (its sft_summary.json records them: vocabulary,
     layers, widths, positions, source), a tokenizer that cannot be read (named), or a tokenizer with
     more tokens than the model has embedding rows (a swapped tokenizer)."""

@@ -1,5 +1,5 @@
 """Atomic outputs: a file or directory that a job writes is, at every instant, either absent, the
-previous complete version or the new complete version -- never half written (issue 20).
+previous complete version or the new complete version -- never half written.
 
 Everything is written under a temporary name in the same directory (so on the same filesystem)
 and renamed into place: `rename(2)` replaces a file atomically, and a directory atomically when
@@ -12,7 +12,7 @@ A killed writer leaves its temporary behind: `.{name}.tmp-{pid}-*` next to the t
 write of the same target removes those whose writer is gone (its pid no longer runs) or is this
 process, so a rerun cleans up after a killed run without help and never deletes a live writer's
 temporary. One writer per target at a time: Snakemake guarantees it for job outputs, and `rtpo
-train` / `rtpo evaluate` hold `exclusive(run directory or output)` (issue 39), an fcntl lock the
+train` / `rtpo evaluate` hold `exclusive(run directory or output)`, an fcntl lock the
 kernel releases when the process dies, so a killed run never blocks its rerun.
 
     atomic_write_text(path, text)           summary.json, eval JSON, tables
@@ -233,9 +233,11 @@ def exclusive(target: str | os.PathLike, what: str = "writing") -> Iterator[Path
     the holder writes into the lock file). The kernel drops the lock when the holder exits or is
     killed, so a dead run never blocks its rerun; the lock file itself stays (removing it would let a
     third process lock a new file while the second still holds the old one)."""
-    target = Path(target)
+    # the lock of the resolved path: a link to a run directory (or a path through one) takes its target's
+    # lock, so two writers reaching one directory by two names still exclude each other
+    target = Path(target).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
-    lf = lock_file(target).resolve()
+    lf = lock_file(target)
     if lf in _held:  # this process holds it already (train_seeds, then train of one seed)
         fd, depth = _held[lf]
         _held[lf] = (fd, depth + 1)

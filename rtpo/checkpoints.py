@@ -1,7 +1,7 @@
 """Checkpoints of a training run, the identity a resume must match, the DAG job guard, and the
 fault-injection points (rtpo.train writes and resumes through these).
 
-The checkpoint is one atomic unit (issue 20): `checkpoint/step-<N>/` holds the engine state
+The checkpoint is one atomic unit: `checkpoint/step-<N>/` holds the engine state
 (`engine.save`: weights, optimizer, RNG, counters), `state.json` (step, method state) and
 `metrics.jsonl` as of step N. It is written under a temporary name and renamed into place
 (rtpo.atomic), and older ones are removed only after that, so at every instant the newest complete
@@ -9,7 +9,7 @@ The checkpoint is one atomic unit (issue 20): `checkpoint/step-<N>/` holds the e
 restores metrics.jsonl from the checkpoint (the records of later steps are recomputed); final/ and
 summary.json are renamed into place too.
 
-Checksums (issue 31): a checkpoint and final/ carry rtpo.inputs.MANIFEST (size and sha256 of every
+Checksums: a checkpoint and final/ carry rtpo.inputs.MANIFEST (size and sha256 of every
 file, written last). Resuming verifies it and the checkpoint's metrics.jsonl (one record per step
 0..N) before anything is changed: a damaged file fails with exit 2 naming it, never a silent resume
 from other weights (which, on a completed run, would also re-export final/ from them). A checkpoint
@@ -148,7 +148,7 @@ def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter,
     """Resume from the newest checkpoint under `root`: returns the next step (0 without one).
 
     Raises CheckpointError (naming the directory) when it cannot be read, or when it is of another run
-    than `identity` (a checkpoint without one, written before issue 39, is not compared); nothing is
+    than `identity` (a checkpoint without one, written before run identities were recorded, is not compared); nothing is
     changed then.
     """
     found = checkpoint_dirs(root)
@@ -193,7 +193,7 @@ def _sha256_files(files: list[Path]) -> str | None:
 
 
 def run_identity(method: str, task: str, seed: int, settings: dict[str, Any], model_dir: str | Path) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed (issue 39): method, task, seed, a hash of the effective
+    """What a checkpoint must match to be resumed: method, task, seed, a hash of the effective
     settings (`method_settings`, all but train.steps, so that a finished run can be extended), and the
     base model's and tokenizer's hashes (the model directory's checksum manifest when it has one, else
     its config.json; its tokenizer files)."""

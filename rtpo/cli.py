@@ -62,6 +62,22 @@ def cmd_sweep_base(args) -> int:
     return 0
 
 
+def verl_run_record(args, cfg) -> dict:
+    """run.json of a verl training run (the local loop writes its own, rtpo.train): what it trains with."""
+    from rtpo.config import method_settings
+    from rtpo.run_record import make_record, write_record
+
+    s = method_settings(cfg, args.method, args.task)
+    key = {"scope": args.scope, "variant": args.variant, "task": args.task, "method": args.method, "seed": args.seed}
+    train_file = args.train_file or f"results/data/{args.task}/train.jsonl"
+    record = make_record(key, {"engine": cfg.get("engine", "local"), "verl": cfg.get("verl"), **s},
+                         train_file if Path(train_file).exists() else None, args.model,
+                         planned=int(s["train"]["steps"]))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    write_record(args.out, record)
+    return record
+
+
 def cmd_train(args) -> int:
     from rtpo.inputs import check_model_dir
 
@@ -71,20 +87,26 @@ def cmd_train(args) -> int:
         from rtpo.verl_ext.launch import train_verl
 
         from rtpo.checkpoints import job_complete, job_guard
+        from rtpo.run_record import write_record
 
         if len(args.seed) != 1 or "{seed}" in args.out:
             raise ValueError("the verl engine trains one seed per job: --seed S --out DIR")
         args.seed = args.seed[0]
         if args.stamp is not None:
             job_guard([Path(args.out)], args.stamp)
+        record = verl_run_record(args, cfg)
         rc = train_verl(args, cfg)
+        if rc == 0:  # the steps it completed: the records it left (rtpo.run_record)
+            metrics = Path(args.out) / "metrics.jsonl"
+            done = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+            write_record(args.out, {**record, "steps": {**record["steps"], "completed": done}})
         if rc == 0 and args.stamp is not None:
             job_complete([Path(args.out)], args.stamp)
         return rc
     from rtpo.train import train_seeds
 
     summaries = train_seeds(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file,
-                            stamp=args.stamp, log=args.log)
+                            stamp=args.stamp, log=args.log, scope=args.scope, variant=args.variant)
     for summary in summaries.values():
         print(json.dumps(summary))
     return 0
@@ -185,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--stamp", default=None,
                     help="the DAG's job guard: resume only run directories this job (this stamp) left running "
                          "(rtpo.checkpoints.job_guard)")
+    sp.add_argument("--scope", default="main",
+                    help="the run's scope in the experiment, written to its run.json: main, or an ablation study")
+    sp.add_argument("--variant", default="", help="the ablation variant (G3, kl-0.01, ...) or sweep cell (h4/psi-full)")
 
     sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
     sp.add_argument("--model", required=True, help="with several seeds a pattern with {seed}")

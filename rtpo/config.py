@@ -20,11 +20,6 @@ SCHEMA = Path(__file__).resolve().parent / "config.schema.yaml"  # package data 
 # max_new_tokens, max_prompt_tokens, ...) are read by the Roller and the engine
 ENV_OPTION_KEYS = ("max_turns", "max_obs_chars", "top_k")
 
-# train.* keys a method section may override, and where they go
-UPDATE_KEYS = ("lr", "kl_coef", "clip", "dual_clip_c", "entropy_coef", "max_grad_norm", "weight_decay",
-               "epochs", "micro_batch_tokens")
-
-
 class ConfigError(ValueError):
     pass
 

@@ -32,6 +32,7 @@ from rtpo.engine.base import SamplingParams
 from rtpo.metrics import aggregate_pass_at_k, trajectory_stats
 from rtpo.instrument import dumps, is_success
 from rtpo.rollout import Roller, Start, Trajectory
+from rtpo.run_record import code_version, file_sha256, model_sha256
 from rtpo.assembly import SeedsFailed, build_engine, env_factory
 from rtpo.data import load_tasks
 
@@ -86,7 +87,7 @@ def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) 
     batch), each taking the next trajectory in eval-file order as soon as its last one ends and rolling
     it out on its own, so a trajectory's next turn is sent as soon as its tool call returns and the
     servers batch whatever is pending (continuous batching) instead of waiting for the slowest
-    trajectory of a turn wave. Never one thread per trajectory (issue 37: 10k threads hit a 4096
+    trajectory of a turn wave. Never one thread per trajectory (10k threads hit a 4096
     `ulimit -u`). What a trajectory samples depends on its seeds and contexts only, not on the
     schedule; results are in the order of `starts`. A failed trajectory cancels the ones not begun."""
     if not starts:
@@ -183,8 +184,8 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
              trajectories: str | Path | None = None) -> dict[str, Any]:
     """engine: "local" (LocalEngine) or "verl" (verl's rollout servers in standalone mode, vLLM on GPUs;
     rtpo.verl_ext.eval_servers); default: the config's `engine`. trajectories: also write every
-    trajectory's sampled tokens to this JSONL file. One writer per `out` (issue 39): a second process
-    evaluating into the same file exits 2 naming it and the first one's pid."""
+    trajectory's sampled tokens to this JSONL file. One writer per `out`: a second process evaluating into
+    the same file (or a link to it) exits 2 naming it and the first one's pid."""
     with exclusive(out, "evaluating into"):
         return _evaluate(model_dir, method, task, cfg, seed, eval_file, out, engine, trajectories)
 
@@ -247,6 +248,11 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
                        for b, idx in sorted(groups.items())},
         "overall": summarize(recs, [st.task.id for st in starts], k),
         "per_problem": per_problem(recs, starts),
+        # what was evaluated, with what (rtpo.run_record): the settings, the hashes of the eval data and the
+        # model read, the code version
+        "record": {"settings": {"eval": ev, "engine": name, **s}, "code": code_version(),
+                   "inputs": {"eval_file": {"path": str(eval_file), "sha256": file_sha256(eval_file)},
+                              "model": {"path": str(model_dir), "sha256": model_sha256(model_dir)}}},
     }
     if servers is not None:
         result["servers"] = {"rollout": servers.rollout,
@@ -256,7 +262,7 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     if trajectories is not None:
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
         Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
-    atomic_write_text(out, dumps(result, indent=1, sort_keys=True))  # issue 20: renamed into place
+    atomic_write_text(out, dumps(result, indent=1, sort_keys=True))  # renamed into place: never half a file
     return result
 
 

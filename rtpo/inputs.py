@@ -1,6 +1,6 @@
 """Checks of input files before a job uses them, so that a truncated or corrupt file fails with a
 message naming the file and what is wrong (`rtpo` exits 2) instead of a traceback from deep inside
-a library (issue 20).
+a library.
 
 check_model_dir(path): a Hugging Face model directory as `rtpo train --model` / `rtpo evaluate
 --model` read it: every *.json parses, every *.safetensors file has a valid header whose tensors
@@ -9,7 +9,7 @@ model.safetensors.index.json exist, and a torch *.bin weights file is a readable
 Reading a safetensors header costs a few hundred kB whatever the model size. The format carries no
 checksum, so a flipped bit inside a tensor is found only through a manifest (below).
 
-Manifests (issue 31): every directory rtpo writes whole -- a checkpoint (checkpoint/step-N/), a
+Manifests: every directory rtpo writes whole -- a checkpoint (checkpoint/step-N/), a
 run's final/, the base model -- gets MANIFEST, written last, with the size and sha256 of each of
 its files. `verify_manifest` checks them before the directory is used: a bit flipped on disk or in
 a copy, a truncated or a swapped file fails with exit 2 naming the file, rather than a run resuming
@@ -18,7 +18,7 @@ a model directory that has one (a hub download or a model saved by other tools h
 
 RowError: a line of a JSON Lines input that cannot be used (`path:LINE: field 'x': ...`).
 
-Reading JSON Lines and JSON inputs (issue 39): `jsonl_lines(path)` yields the numbered non-blank
+Reading JSON Lines and JSON inputs: `jsonl_lines(path)` yields the numbered non-blank
 lines of a task / eval / experts / metrics file, decoded as strict UTF-8 (a byte that is not UTF-8
 is a RowError naming the file, the line and the byte offset, not a UnicodeDecodeError naming
 neither) and at most MAX_ROW_BYTES long (a longer line is refused before it is read whole).

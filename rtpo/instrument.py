@@ -50,7 +50,7 @@ class StepLog:
         finally:
             self.time[name] += time.perf_counter() - t0
 
-    def add_trajectories(self, trajs: list[Trajectory], first_kind_override: str | None = None) -> None:
+    def add_trajectories(self, trajs: list[Trajectory]) -> None:
         """Count the generated tokens (by each turn's kind), tool calls and complete rollouts."""
         for t in trajs:
             self.rollouts += 1

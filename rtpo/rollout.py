@@ -184,9 +184,6 @@ class Roller:
     def render(self, messages: list[Message]) -> str:
         return self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
-    def encode_messages(self, messages: list[Message]) -> list[int]:
-        return self.tok.encode(self.render(messages), add_special_tokens=False)
-
     def context_ids(self, messages: list[Message], full_ids: list[int], rendered: str | None = None) -> list[int]:
         """c_k = psi(S_k) as token ids; under psi = full exactly the canonical full-history ids.
 

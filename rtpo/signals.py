@@ -1,4 +1,4 @@
-"""SIGTERM for long jobs (issue 20): Slurm sends SIGTERM at a job's time limit or on preemption,
+"""SIGTERM for long jobs: Slurm sends SIGTERM at a job's time limit or on preemption,
 then SIGKILL after its grace time (KillWait / GraceTime). Within `StopOnSigterm`, SIGTERM only
 sets `requested`; the job checks it at a safe point (rtpo.train: after a step, when it has saved a
 checkpoint) and raises `Stopped`, which `rtpo` turns into exit status 143 (128 + SIGTERM), so that

@@ -36,16 +36,18 @@ from typing import Any
 from rtpo.assembly import (SeedsFailed, build_engine, check_model_fits, env_factory, seed_dirs, seed_everything,
                            update_config)
 from rtpo.atomic import atomic_dir, atomic_write_text, exclusive, remove_leftovers
-from rtpo.checkpoints import (checkpoint_dirs, fault_point, job_complete, job_guard, load_checkpoint, run_identity,
+from rtpo.checkpoints import (CheckpointError, checkpoint_dirs, fault_point, job_complete, job_guard, load_checkpoint, run_identity,
                               save_checkpoint)
 from rtpo.config import method_settings
 from rtpo.data import load_tasks
+from rtpo.experiment import MAIN
 from rtpo.engine.base import SamplingParams
 from rtpo.envs.base import Task
 from rtpo.inputs import write_manifest
 from rtpo.instrument import JsonlWriter, dumps, is_success, run_summary
 from rtpo.progress import progress as tqdm
 from rtpo.rollout import Roller, Start
+from rtpo.run_record import RUN_FILE, make_record, read_record, record_diff, write_record
 from rtpo.signals import Stopped, StopOnSigterm
 
 
@@ -89,26 +91,59 @@ def check_finite(rec: dict[str, Any], engine: Any, step: int, out: Path, ckpt: P
                              "written). Check the learning rate, temperature and other numeric settings")
 
 
+class RunMismatch(CheckpointError):
+    """A run directory that holds another run than the one asked for (exit 2 names the file)."""
+
+
 def train(method: str, task: str, cfg: dict[str, Any], seed: int, out: str | Path, model_dir: str | Path,
-          train_file: str | Path, progress: bool = True, stop: StopOnSigterm | None = None) -> dict[str, Any]:
-    """Train one (method, task, seed) into `out`. stop: the caller's SIGTERM flag (several seeds in one
-    process share one); by default this call installs its own. One writer per run directory (issue 39):
-    a second process training into `out` exits 2 naming it and the first one's pid, before it reads or
-    removes anything there."""
+          train_file: str | Path, progress: bool = True, stop: StopOnSigterm | None = None,
+          scope: str = MAIN, variant: str = "") -> dict[str, Any]:
+    """Train one (method, task, seed) into `out`; (scope, variant) complete its key in the experiment
+    (rtpo.experiment: "main" for a main run, the study and variant of an ablation arm). stop: the caller's
+    SIGTERM flag (several seeds in one process share one); by default this call installs its own. One
+    writer per run directory: a second process training into `out` (or into a link to it) exits 2 naming
+    it and the first one's pid, before it reads or removes anything there."""
     if stop is None:
         with StopOnSigterm() as own:
-            return train(method, task, cfg, seed, out, model_dir, train_file, progress, own)
+            return train(method, task, cfg, seed, out, model_dir, train_file, progress, own, scope, variant)
     with exclusive(out, "training into"):
-        return _train(method, task, cfg, seed, Path(out), model_dir, train_file, progress, stop)
+        return _train(method, task, cfg, seed, Path(out), model_dir, train_file, progress, stop, scope, variant)
+
+
+def check_resume(out: Path, ckpt: Path, record: dict[str, Any], steps: int) -> None:
+    """Refuse (RunMismatch, exit 2) to resume `out` as a run it is not: its run.json names another key,
+    other settings (train.steps aside), another train file or base model; or its checkpoint is past
+    train.steps (a finished 4-step run rerun with train.steps=2 would keep 4 records and the 4-step
+    weights while saying 2). Nothing is read into the run or changed before this check."""
+    found = checkpoint_dirs(ckpt)
+    if not found:
+        return
+    saved = read_record(out)
+    if saved is not None:
+        why = record_diff(out / RUN_FILE, saved, record)
+        if why:
+            raise RunMismatch(f"{why}; resuming would mix two runs. Train into another --out, or delete {out} to "
+                              "train this run from scratch")
+    done = found[-1][0] + 1
+    if done > steps:
+        raise RunMismatch(f"{out}: holds a run of {done} steps (checkpoint {found[-1][1].name}), but train.steps is "
+                          f"{steps}: a shorter rerun would keep {done} steps' records and weights. Train into another "
+                          f"--out, or delete {out} to train {steps} steps from scratch")
 
 
 def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, model_dir: str | Path,
-           train_file: str | Path, progress: bool, stop: StopOnSigterm) -> dict[str, Any]:
+           train_file: str | Path, progress: bool, stop: StopOnSigterm, scope: str = MAIN,
+           variant: str = "") -> dict[str, Any]:
     from rtpo.methods.registry import get_method
 
     out = Path(out)
     s = method_settings(cfg, method, task)
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
+    steps = int(tr["steps"])
+    key = {"scope": scope, "variant": variant, "task": task, "method": method, "seed": int(seed)}
+    record = make_record(key, {"engine": cfg.get("engine", "local"), "verl": cfg.get("verl"), **s}, train_file,
+                         model_dir, planned=steps)
+    check_resume(out, out / "checkpoint", record, steps)
     check_model_fits(model_dir, cfg)
     seed_everything(seed)
     tasks, heldout = heldout_split(load_tasks(train_file, kind=task), int(tr.get("heldout_prompts", 0)))
@@ -124,8 +159,9 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
     remove_leftovers(log.path)
     if start == 0 and log.path.exists():
         log.path.unlink()  # no checkpoint: start over
+    write_record(out, {**record, "steps": {"planned": steps, "completed": start}})
 
-    steps, n = int(tr["steps"]), int(tr["prompts_per_step"])
+    n = int(tr["prompts_per_step"])
     every, probe_every = int(tr.get("checkpoint_every", 1)), int(tr.get("heldout_every", 1))
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
@@ -145,13 +181,20 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
         bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
         if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
             saved = save_checkpoint(ckpt, step, engine, algo, log, identity)
+            write_record(out, {**record, "steps": {"planned": steps, "completed": step + 1}})
             if stop.requested and step + 1 < steps:
                 raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
                               "the same command resumes from it")
     bar.close()
-    # the summary first: a run that cannot summarise its records fails before it replaces final/
-    summary = run_summary(log.read(), method=method, task=task, seed=seed, steps=steps, psi=psi,
+    # the summary first: a run that cannot summarise its records fails before it replaces final/. It is
+    # derived from the records: its steps are the records', which must be the planned steps 0..steps-1
+    recs = log.read()
+    if [r.get("step") for r in recs] != list(range(steps)):
+        raise RunMismatch(f"{log.path}: holds the records of steps {[r.get('step') for r in recs][:12]}, expected "
+                          f"0..{steps - 1}; delete {out} to train this run from scratch")
+    summary = run_summary(recs, method=method, task=task, seed=seed, steps=len(recs), psi=psi,
                           wall_s_this_run=time.perf_counter() - t0)
+    write_record(out, {**record, "steps": {"planned": steps, "completed": len(recs)}})
     fault_point("final-begin")
     with atomic_dir(out / "final") as tmp:
         engine.export(tmp)
@@ -165,7 +208,8 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
 
 def train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], out: str | Path,
                 model_dir: str | Path, train_file: str | Path, stamp: str | None = None,
-                progress: bool = True, log: str | None = None) -> dict[int, dict[str, Any]]:
+                progress: bool = True, log: str | None = None, scope: str = MAIN,
+                variant: str = "") -> dict[int, dict[str, Any]]:
     """Train `seeds` of one (method, task) cell one after the other in this process (run directories:
     `seed_dirs(out, seeds)`); returns {seed: summary}. A seed that fails on its own inputs (exit-2
     errors: a damaged checkpoint, a file that cannot be read) is reported on stderr and skipped, the
@@ -178,12 +222,13 @@ def train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], o
     with contextlib.ExitStack() as locks:
         for d in dirs:  # every seed's directory before the job guard clears any of them
             locks.enter_context(exclusive(d, "training into"))
-        return _train_seeds(method, task, cfg, seeds, dirs, model_dir, train_file, stamp, progress, log)
+        return _train_seeds(method, task, cfg, seeds, dirs, model_dir, train_file, stamp, progress, log, scope,
+                            variant)
 
 
 def _train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], dirs: list[Path],
                  model_dir: str | Path, train_file: str | Path, stamp: str | None, progress: bool,
-                 log: str | None) -> dict[int, dict[str, Any]]:
+                 log: str | None, scope: str = MAIN, variant: str = "") -> dict[int, dict[str, Any]]:
     import sys
 
     from rtpo.progress import copy_output
@@ -200,7 +245,8 @@ def _train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], 
                 print(f"[{method}/{task}] seed {seed} ({i + 1} of {len(seeds)}) -> {d}", file=sys.stderr, flush=True)
             with copy_output(None if log is None else log.replace("{seed}", str(seed))):
                 try:
-                    summaries[seed] = train(method, task, cfg, seed, d, model_dir, train_file, progress, stop)
+                    summaries[seed] = train(method, task, cfg, seed, d, model_dir, train_file, progress, stop,
+                                            scope, variant)
                 except (OSError, ValueError) as e:  # this seed's inputs: named in the message, exit 2
                     if len(seeds) == 1:
                         raise

@@ -1,4 +1,4 @@
-"""Evaluation throughput of the two sampling paths side by side (issue 15): `rtpo evaluate --engine
+"""Evaluation throughput of the two sampling paths side by side: `rtpo evaluate --engine
 local` (LocalEngine in this process) and `--engine verl` (verl's rollout servers in standalone mode;
 on CPU the harness's HF rollout server, on a GPU vLLM), on the same model, eval split and config.
 

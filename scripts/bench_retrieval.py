@@ -1,5 +1,5 @@
 """Retrieval benchmark: BM25 index build time, peak memory, index size and query latency on
-synthetic wiki-18-like corpora (issue 16; the README extrapolates the figures to wiki-18's 21M
+synthetic wiki-18-like corpora (the README extrapolates the figures to wiki-18's 21M
 passages and sizes the build_index rule's Slurm resources from them).
 
     nice -n 10 .venv/bin/python scripts/bench_retrieval.py --passages 100000 1000000

@@ -13,7 +13,7 @@ the command's wall), and separate / one-process wall (the speed-up of grouping).
 same seeds, so their tokens are identical (checked).
 
 `--stack-probe`: the measurement behind not batching the S runs' engine calls through one stacked
-model (issue 35's item 2; docs/performance.md "Seeds per process"). A decode step of the base model's
+model (docs/performance.md "Seeds per process"). A decode step of the base model's
 architecture with S distinct weight sets stacked on a leading axis (torch.bmm for every projection and
 the output head, the element-wise work, norms, rotary and sampling batched over all S x R rows; attention
 either per run over its own cache or as one call over the S caches stacked) against one run's

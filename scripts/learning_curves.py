@@ -1,4 +1,4 @@
-"""Long learning-curve runs outside the DAG, and their plot (issue 18: where does each method saturate?).
+"""Long learning-curve runs outside the DAG, and their plot (where does each method saturate?).
 
     # run (one seed, every trained method x task, `--steps` steps; two at a time on 2 cores)
     .venv/bin/python scripts/learning_curves.py run --out /tmp/lc --steps 120 --prompts 8 --jobs 2

@@ -193,6 +193,24 @@ def _write_run(run: Path, rng: random.Random, method: str, task: str, seed: int,
     (run / "summary.json").write_text(json.dumps(summary, indent=1))
 
 
+def write_run_records(res: Path, cfg: dict[str, Any]) -> None:
+    """run.json of every run written, as `rtpo train` writes it: the experiment's key, settings and copy_of
+    (rtpo.experiment), the steps its metrics.jsonl holds (the fixture has no data files or base model)."""
+    from rtpo.experiment import Experiment
+
+    for r in Experiment(cfg).report_runs():
+        d = Path(r.run_dir(str(res)))
+        if not (d / "summary.json").exists():
+            continue
+        m = d / "metrics.jsonl"
+        n = len(m.read_text().splitlines()) if m.exists() else 0
+        rec = {"key": r.key.as_dict(), "copy_of": None if r.copy_of is None else r.copy_of.as_dict(),
+               "settings": r.settings, "inputs": {}, "code": {"package": "rtpo", "version": None, "git": None,
+                                                              "tree": "fixture"},
+               "steps": {"planned": n, "completed": n}}
+        (d / "run.json").write_text(json.dumps(rec, indent=1, sort_keys=True))
+
+
 def _steps(cfg: dict[str, Any], method: str, default: int) -> int:
     """The method section's `steps` override (config.yaml: vanilla: {steps: 0}) or train.steps."""
     return int(((cfg.get("method") or {}).get(method) or {}).get("steps", default))
@@ -233,6 +251,7 @@ def make_results_tree(root: str | Path, cfg: dict[str, Any], seed: int = 0, theo
                     (base / f"eval_seed{s}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     if study_has(abl, "continuation"):
         _plant_continuation(res, cfg)
+    write_run_records(res, cfg)
     if theory:
         import pandas as pd
         (res / "theory").mkdir(parents=True, exist_ok=True)

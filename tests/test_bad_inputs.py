@@ -1,5 +1,5 @@
 """Bad inputs end in a clean error naming the file (and line), never a run that ends "fine" with wrong
-results nor a traceback from deep inside (issue 39, points 2 and 4, the read side).
+results nor a traceback from deep inside (the read side).
 
 Example tests: a NaN / infinite metric, a duplicated or out-of-order step in a metrics.jsonl; an eval
 JSON whose top level is not an object, whose benchmarks are not an object, whose metrics are not

@@ -1,4 +1,4 @@
-"""The methods' cards (rtpo.methods.cards, issue 38.2): one place for what code may know about a method
+"""The methods' cards (rtpo.methods.cards): one place for what code may know about a method
 without importing it, agreeing with the classes and with the config schema's sync grammar."""
 
 from __future__ import annotations
@@ -79,3 +79,50 @@ def test_code_defaults_are_the_cpu_defaults():
                                                          "per_stage", False)
     o = card("rtpo").options({"group_size": 6})
     assert (o["trunks"], o["group_size"], o["sync"]) == (cpu["rtpo"]["trunks"], 6, "per_stage")
+
+
+@pytest.mark.parametrize("method,options,expected", [
+    ("grpo", {}, (16 * 600, "16 chains x 600 tokens")),
+    ("grpo", {"chains": 8}, (8 * 600, "8 chains x 600 tokens")),
+    ("seeupo", {}, (16 * 600, "16 chains x 600 tokens")),
+    ("arpo", {}, (16 * 600, "16 trajectories x 600 tokens")),
+    ("tree_grpo", {}, (4 * 4 * 600, "4 trees x (1 + 1 x 3) leaves x 600 tokens")),
+    ("rtpo", {"trunks": 2, "group_size": 3}, (2 * (3 + 2 * 6 + 3) * 200, "2 trunks x 18 turns of 200")),
+])
+def test_the_step_time_estimate_counts_rollouts_from_the_card(method, options, expected):
+    """What the budget's former name switch gave (its literal defaults were the classes'): each card's count
+    of the options and K (K = 3 turns of 200 tokens, a flat row's budget 600)."""
+    from rtpo.verl_ext.budget import rollout_tokens
+
+    assert rollout_tokens(method, options, {"max_turns": 3, "max_new_tokens": 200}, 10_000, 0) == expected
+
+
+def test_a_new_baseline_is_its_class_and_its_card(monkeypatch):
+    """A card with defaults and a rollout count is all the budget estimate and the sweep need of a method
+    (before, a new baseline made `rtpo check-config` raise "no rollout count")."""
+    from rtpo.methods import cards
+    from rtpo.verl_ext.budget import rollout_tokens
+
+    new = cards.MethodCard("new_baseline", "rtpo.methods.grpo:GRPO", "flat", None, defaults=(("chains", 5),),
+                           rollouts=lambda o, K: (int(o["chains"]), "episodes", f"{o['chains']} chains"),
+                           budget_key="chains")
+    monkeypatch.setitem(cards.CARDS, "new_baseline", new)
+    assert rollout_tokens("new_baseline", {}, {"max_turns": 2, "max_new_tokens": 10}, 100, 0) == (100, "5 chains x 20 tokens")
+    import inspect
+
+    from rtpo.verl_ext import budget
+    assert '"grpo"' not in inspect.getsource(budget.rollout_tokens)   # no method names in the estimate
+
+
+def test_every_method_reads_its_defaults_from_its_card():
+    """The classes keep no defaults of their own: a method built from an empty section has exactly its
+    card's options (rtpo.methods.base.Method overlays the section on the card)."""
+    from rtpo.methods.base import Method
+
+    for name, c in CARDS.items():
+        cls = c.load()
+        m = Method.__new__(cls)
+        Method.__init__(m, None, None, {}, None)
+        assert m.cfg == dict(c.defaults), name
+        if c.trains:
+            assert c.rollouts is not None and c.defaults, name

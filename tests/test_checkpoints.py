@@ -1,4 +1,4 @@
-"""Checkpoints sized for a shared filesystem and the runtime estimate (issue 37.5).
+"""Checkpoints sized for a shared filesystem and the runtime estimate.
 
 verl's periodic checkpoints hold what a resume reads (sharded weights, AdamW, scheduler + RNG), never
 a Hugging Face copy; `train.checkpoint_keep` of them are kept; final/ is merged once, after training,

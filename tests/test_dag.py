@@ -1,4 +1,4 @@
-"""rtpo.dag, the workflow's Python without Snakemake (issue 19): the grid, the ablation cells, which
+"""rtpo.dag, the workflow's Python without Snakemake: the grid, the ablation cells, which
 cells reuse a main run, the settings fingerprints and their single source with the jobs.
 
 The configs are validated and their schema defaults filled as Snakemake does (`snakemake.utils.validate`).
@@ -16,7 +16,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from rtpo import dag
+from rtpo import dag, experiment
 from rtpo.config import SCHEMA, data_settings, set_path, task_file_options
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,13 +34,13 @@ def cpu() -> dict:
 
 
 def test_fingerprint_is_canonical_and_stamps_are_short():
-    a = dag.fingerprint({"b": [1, {"y": 2, "x": 1}], "a": 0.5})
-    assert a == dag.fingerprint({"a": 0.5, "b": [1, {"x": 1, "y": 2}]}) == '{"a":0.5,"b":[1,{"x":1,"y":2}]}'
-    assert len(dag.stamp(a)) == 16 and dag.stamp(a) != dag.stamp(a.replace("0.5", "0.6"))
+    a = experiment.fingerprint({"b": [1, {"y": 2, "x": 1}], "a": 0.5})
+    assert a == experiment.fingerprint({"a": 0.5, "b": [1, {"x": 1, "y": 2}]}) == '{"a":0.5,"b":[1,{"x":1,"y":2}]}'
+    assert len(experiment.stamp(a)) == 16 and experiment.stamp(a) != experiment.stamp(a.replace("0.5", "0.6"))
 
 
 def test_ablation_cells_of_the_cpu_default(cpu):
-    cells = dag.ablation_cells(cpu["ablations"])
+    cells = experiment.ablation_cells(cpu["ablations"])
     a = cpu["ablations"]
     want = (len(a["group_size"]["values"]) + len(a["sync"]["values"]) + len(a["continuation"]["values"])
             + len(a["credit_assignment"]["methods"]))
@@ -52,7 +52,7 @@ def test_ablation_cells_of_the_cpu_default(cpu):
     assert c.eval_file(0) == "results/ablations/sync/interval-2/search/rtpo/eval_seed0.json"
     ca = by_key["credit_assignment/psi-full/math/seeupo"]
     assert ca.sets == ("method.seeupo.psi=full",)
-    assert dag.variant_name("kl:0.01") == "kl-0.01"
+    assert experiment.variant_name("kl:0.01") == "kl-0.01"
 
 
 def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
@@ -78,8 +78,8 @@ def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
 
 
 def test_seed_groups_name_their_jobs(cpu):
-    assert dag.seed_groups([0, 1, 2, 3, 4], 2) == [(0, 1), (2, 3), (4,)]
-    assert [dag.group_label(g) for g in [(3,), (0, 1, 2), (0, 2, 7)]] == ["seed3", "seeds0-2", "seeds0_2_7"]
+    assert experiment.seed_groups([0, 1, 2, 3, 4], 2) == [(0, 1), (2, 3), (4,)]
+    assert [experiment.group_label(g) for g in [(3,), (0, 1, 2), (0, 2, 7)]] == ["seed3", "seeds0-2", "seeds0_2_7"]
     cfg = copy.deepcopy(cpu)
     cfg["seeds"], cfg["seeds_per_job"] = list(range(10)), 1
     assert dag.Dag(cfg).seed_jobs("train_rtpo", cfg["seeds"]) == [dag.SeedJob("train_rtpo", None)]
@@ -107,7 +107,7 @@ def test_seeds_per_job_cross_references(cpu):
 def test_grid_and_targets(cpu):
     d = dag.Dag(cpu)
     n = len(cpu["tasks"]) * len(cpu["methods"]) * len(cpu["seeds"])
-    assert len(d.main_cells()) == n and set(d.airline_study_cells()) <= set(d.all_main_cells())
+    assert len(d.all_main_cells()) == n and len(d.experiment.select("main")) == n
     assert d.all_tasks() == sorted(cpu["tasks"])
     assert "results/runs/math/rtpo/seed0/summary.json" in d.train_targets()
     assert "results/runs/math/rtpo/seed0/final" in d.train_targets(with_final=True)
@@ -140,11 +140,11 @@ def test_data_fingerprint_is_what_the_data_job_reads(cpu, tmp_path, monkeypatch)
 
     cfg = config("smoke")
     d = dag.Dag(cfg)
-    base = dag.fingerprint(d.data_settings("math"))
+    base = experiment.fingerprint(d.data_settings("math"))
     for key, value, changes in (("max_turns", 2, True), ("psi", "truncate:1", False)):
         c = copy.deepcopy(cfg)
         c["env"]["math"][key] = value
-        assert (dag.fingerprint(dag.Dag(c).data_settings("math")) != base) is changes, key
+        assert (experiment.fingerprint(dag.Dag(c).data_settings("math")) != base) is changes, key
 
     seen = []
     real = rtpo.data.write_task_files
@@ -224,14 +224,17 @@ def test_effective_config_is_named_by_its_content(cpu):
 
 def test_train_shell_names_the_params_the_rules_give():
     fields = {"params.stamp", "params.config", "params.method", "params.task", "params.seeds", "params.out",
-              "input.model", "input.train", "params.sets", "params.logs", "log.job"}
+              "input.model", "input.train", "params.sets", "params.key", "params.logs", "log.job"}
     import string
 
     used = {f for _, f, _, _ in string.Formatter().parse(dag.TRAIN_SHELL) if f}
     assert used == fields
     shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seeds="0 1",
                                                                 sets=dag.set_args(["a.b=1 2"]), out="'o/seed{seed}'",
+                                                                key=dag.key_args("sync", "kl-0.01"),
                                                                 logs="--log 'l/seed{seed}.log'"),
                                    input=types.SimpleNamespace(model="M", train="T"), log=types.SimpleNamespace(job="L"))
     assert shell.startswith("exec rtpo train ")   # the job's process is rtpo itself: it gets Slurm's SIGTERM
-    assert "--seed 0 1 --model M --train-file T --set 'a.b=1 2' --out 'o/seed{seed}' --stamp s --log 'l/seed{seed}.log' > L 2>&1" in shell
+    assert ("--seed 0 1 --model M --train-file T --set 'a.b=1 2' --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
+            "--stamp s --log 'l/seed{seed}.log' > L 2>&1") in shell
+    assert dag.key_args("main") == "--scope main"

@@ -1,4 +1,4 @@
-"""The engine seam on the real tiny Qwen3 model (issue 2's must-shows)."""
+"""The engine seam on the real tiny Qwen3 model (what the engine must do, on real weights)."""
 
 from __future__ import annotations
 

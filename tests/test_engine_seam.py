@@ -1,4 +1,4 @@
-"""The engine seam is the contract the engines keep (issue 19): rtpo.engine.base declares everything
+"""The engine seam is the contract the engines keep: rtpo.engine.base declares everything
 the methods, the rollout and the local training loop call on an engine, and every engine has each
 declared member with the declared signature.
 

@@ -1,5 +1,5 @@
 """Entropy with gradients: rtpo's patch of verl's chunked entropy and the start-up check's term for it
-(issue 37 point 2; rtpo/verl_ext/entropy.py, rtpo/verl_ext/startup.py; upstream verl issue #2448).
+(rtpo/verl_ext/entropy.py, rtpo/verl_ext/startup.py; upstream verl issue #2448).
 
 Tree-GRPO's entropy bonus makes verl differentiate ``verl_F.entropy_from_logits_with_chunking`` under one
 reentrant checkpoint (workers/engine/fsdp/transformer_impl.py). A saved-tensor hook counts the bytes the

@@ -1,4 +1,4 @@
-"""Multi-turn envs: turn semantics, rewards, snapshot/restore, make_env (issue 3).
+"""Multi-turn envs: turn semantics, rewards, snapshot/restore, make_env.
 
 Most math tests use an in-process stand-in for the sandbox (the real one costs a subprocess per
 call); `test_math_env_real_sandbox` runs the real `PythonSandbox` once.

@@ -1,5 +1,5 @@
-"""Evaluation on rollout servers (`rtpo evaluate --engine verl`) runs a bounded pool of threads (issue 37,
-point 4): about the servers' batch (max_num_seqs x replicas) + the tool-call slots, never one thread per
+"""Evaluation on rollout servers (`rtpo evaluate --engine verl`) runs a bounded pool of threads:
+about the servers' batch (max_num_seqs x replicas) + the tool-call slots, never one thread per
 trajectory (10,372 for math at paper scale, past a cluster's soft `ulimit -u` of 4096).
 
 The servers are faked (`FakeServers`, what `EvalServers` gives `_evaluate`: an engine, a manager with

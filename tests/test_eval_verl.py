@@ -1,4 +1,4 @@
-"""`rtpo evaluate --engine verl` (issue 15): evaluation sampled on verl's rollout servers in standalone
+"""`rtpo evaluate --engine verl`: evaluation sampled on verl's rollout servers in standalone
 mode, driven by the same Roller (envs, tools, psi, metrics) as the local engine.
 
 Fast: the servers' Hydra overrides compose with verl 0.9.1's own config (paper scale: vLLM, bf16,

@@ -1,4 +1,4 @@
-"""Faults that must not lose work (issue 20): `rtpo train` killed at random moments (inside
+"""Faults that must not lose work: `rtpo train` killed at random moments (inside
 checkpoint writes too) and rerun ends exactly as an uninterrupted run; SIGTERM saves a checkpoint
 and exits 143; corrupt inputs fail with exit 2 and a message naming the file; atomic outputs.
 
@@ -467,7 +467,7 @@ def test_corrupt_task_jsonl_names_file_and_line(setup, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 31: nothing wrong is read silently -- typed task rows, checksummed checkpoints and models
+# nothing wrong is read silently -- typed task rows, checksummed checkpoints and models
 # ------------------------------------------------------------------------------------------------
 
 def flip_tensor_byte(path: Path) -> None:
@@ -641,7 +641,7 @@ CKPT_CASES = {
 def test_damaged_checkpoint_fails_before_training(case, setup, one_step_run, tmp_path, capsys):
     """The checkpoint's metrics.jsonl cut inside its record (the issue's case: before, every
     remaining step trained, final/ was replaced, then exit 2 without a file name and no summary),
-    records of the wrong step, a checkpoint without checksums (the format before issue 31: refused,
+    records of the wrong step, a checkpoint without checksums (the format before checksums: refused,
     it cannot be told from a damaged one), a changed or an added file: exit 2 naming the file before
     any step; final/ and summary.json of the complete one-step run stay as they were."""
     damage, message = CKPT_CASES[case]

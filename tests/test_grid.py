@@ -1,5 +1,5 @@
-"""One grid, one layout (issue 38.1): the runs and files the DAG writes are exactly those the report reads,
-for every shipped config; variant names and paths come from rtpo.grid alone."""
+"""One experiment, one layout: the runs and files the DAG writes are exactly those the report reads, for
+every shipped config; runs, variant names, paths, settings and copies come from rtpo.experiment alone."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rtpo import grid
+from rtpo import experiment as grid
+from rtpo.experiment import Experiment, RunKey
 from rtpo.config import load_config
 from rtpo.dag import Dag
 from rtpo.report.load import load_results
@@ -21,8 +22,8 @@ def test_dag_writes_exactly_the_runs_the_report_reads(name):
     cfg = load_config(ROOT / "config" / name)
     d = Dag(cfg)
     written = set(d.train_targets() + d.eval_targets() + d.ablation_targets()) - {"results/theory"}
-    runs = {f"{k.run_dir()}/summary.json" for k in grid.expected_runs(cfg)}
-    evals = {k.eval_file() for k in grid.expected_runs(cfg)}
+    runs = {f"{r.run_dir()}/summary.json" for r in Experiment(cfg).report_runs()}
+    evals = {r.eval_file() for r in Experiment(cfg).report_runs()}
     assert written == runs | evals, (sorted(written - runs - evals)[:5], sorted((runs | evals) - written)[:5])
     # the report's studies are the DAG's arms: same study, task, methods and variant names
     from rtpo.report.load import ablation_studies
@@ -66,7 +67,7 @@ def test_report_reads_a_run_from_the_path_the_grid_names(tmp_path):
     make_results_tree(tmp_path, cfg, theory=False)
     res = load_results(tmp_path / "results", cfg)
     assert not res.missing or all("theory" in m for m in res.missing)
-    arm = next(c for c in grid.config_cells(cfg) if c.study == "sync" and c.value == "kl:0.01")
+    arm = next(c for c in Experiment(cfg).arms if c.study == "sync" and c.value == "kl:0.01")
     path = Path(arm.eval_file(0, root=str(tmp_path / "results")))
     assert path.exists()
     moved = path.parent.parent / "kl:0.01" / arm.method / path.name
@@ -75,20 +76,50 @@ def test_report_reads_a_run_from_the_path_the_grid_names(tmp_path):
     assert str(path) in load_results(tmp_path / "results", cfg).missing
 
 
-def test_report_takes_the_main_grids_group_size_per_task(tmp_path):
-    """The group-size tables and claims compare against the main grid's G on the study's task, per-task
-    override included (before: the method's top-level value, blind to per_task)."""
+def test_report_takes_the_main_grids_group_size_from_its_runs(tmp_path):
+    """The group-size tables and claims compare against the G the main grid's runs trained with on the
+    study's task (their run.json: the per-task override included), not a value worked out from the config."""
     from rtpo.report.load import Results, ablation_studies
     from rtpo.report.tables_studies import _group_ref
 
     cfg = {"tasks": ["airline"], "methods": ["rtpo"], "seeds": [0],
-           "method": {"rtpo": {"group_size": 4, "per_task": {"airline": {"group_size": 3}}}},
+           "method": {"rtpo": {"group_size": 4}},
            "ablations": {"seeds": [0], "group_size": {"task": "airline", "values": [2, 3, 4]}}}
     import pandas as pd
 
-    res = Results(Path("."), cfg, pd.DataFrame(), pd.DataFrame(), None, ablation_studies(cfg))
+    key = RunKey("main", "", "airline", "rtpo", 0)
+    res = Results(Path("."), cfg, pd.DataFrame(), pd.DataFrame(), None, ablation_studies(cfg),
+                  records={key: {"key": key.as_dict(), "settings": {"method": {"group_size": 3}}}})
     assert res.main_setting("rtpo", "airline", "group_size") == 3
     assert _group_ref(res, res.studies["group_size"]) == "G3"
-    cfg["method"]["rtpo"]["per_task"] = {"math": {"group_size": 5}}
+    res.records[key]["settings"]["method"]["group_size"] = 4
     assert _group_ref(res, res.studies["group_size"]) == "G4"
+    res.records.clear()   # no run read: the first variant, nothing guessed from the config
+    assert _group_ref(res, res.studies["group_size"]) == "G2"
 
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_one_list_of_runs(name):
+    """Every run of a config once: its settings are rtpo.config.method_settings after its --set overrides,
+    a copied arm has the same settings as the main run it copies, and the sweep's runs sit under sweep/."""
+    import copy
+
+    from rtpo.config import method_settings, set_path
+
+    cfg = load_config(ROOT / "config" / name)
+    exp = Experiment(cfg)
+    keys = [r.key for r in exp.runs]
+    assert len(keys) == len(set(keys))
+    for r in exp.runs:
+        c = copy.deepcopy(cfg)
+        for s in r.sets:
+            set_path(c, s)
+        assert r.settings == {"engine": c["engine"], "verl": c.get("verl"),
+                              **method_settings(c, r.method, "search" if r.scope == "sweep" else r.task)}
+        assert r.seed in r.seed_group
+        if r.copy_of is not None:
+            assert exp.run(r.copy_of).settings == r.settings and r.copy_of.seed == r.seed
+            assert r.stamp == exp.run(r.copy_of).stamp
+        if r.scope == "sweep":
+            assert r.run_dir().startswith("results/sweep/h")
+    assert {r.scope for r in exp.runs} >= {"main"}

@@ -1,4 +1,4 @@
-"""The package's layout (issue 19): every module of rtpo/ imports on its own, and no two modules of
+"""The package's layout: every module of rtpo/ imports on its own, and no two modules of
 rtpo/ import each other, directly or round a loop, even through imports inside functions (the kind
 that hid the data <-> envs cycle: it fails only when the wrong module is imported first).
 

@@ -1,4 +1,4 @@
-"""Paper-scale data (issue 16): ARPO-format adapters, pinned HTTPS downloads with sha256 (against a
+"""Paper-scale data: ARPO-format adapters, pinned HTTPS downloads with sha256 (against a
 local HTTP server on 127.0.0.1 serving fixture files), decontamination, the training-set sampling,
 and "not run" for the deep-search benchmarks without a web-search key.
 
@@ -191,7 +191,7 @@ def test_prepare_end_to_end(repo, server, tmp_path, monkeypatch):
     evals = [json.loads(x) for x in (tmp_path / "keyed" / "eval.jsonl").read_text().splitlines()]
     web = [t for t in evals if t["source"] in ("gaia", "hle", "webwalkerqa", "xbench-deepsearch")]
     assert len(web) == 11 and all(t["meta"]["retriever"]["kind"] == "serpapi" for t in web)  # HLE: 2 text-only
-    # every row the adapters wrote passes the typed row schema the jobs check at load (issue 31);
+    # every row the adapters wrote passes the typed row schema the jobs check at load;
     # search rows need their backend (data.search.retriever, which this data section leaves out)
     for split in ("train", "eval"):
         assert read_tasks(out / "math" / f"{split}.jsonl", "math")

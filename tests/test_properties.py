@@ -1,4 +1,4 @@
-"""Property-based tests of the parsers that take outside input (issue 39.6): tool calls in model
+"""Property-based tests of the parsers that take outside input: tool calls in model
 output, config values given with --set, and retrieval requests. Any input gives a result or the
 parser's clean error, never another exception (tests/test_bad_inputs.py: task rows, metrics lines,
 eval JSON). Example counts: EXAMPLES per property, derandomized so a failure reproduces."""

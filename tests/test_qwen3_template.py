@@ -1,4 +1,4 @@
-"""Qwen3's official chat template against the rollout's prefix property (issue 15, deliverable 2).
+"""Qwen3's official chat template against the rollout's prefix property.
 
 The fixture tests/fixtures/qwen3/chat_template.jinja is the `chat_template` of Qwen/Qwen3-8B's
 tokenizer_config.json (https://huggingface.co/Qwen/Qwen3-8B, revision

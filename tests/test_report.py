@@ -274,7 +274,7 @@ def test_windows_do_not_overlap():
 
 
 # ------------------------------------------------------------------------------------------------
-# the ledger's per-section builders and the paper's reference table (issue 19)
+# the ledger's per-section builders and the paper's reference table
 # ------------------------------------------------------------------------------------------------
 
 def test_claims_take_their_paper_figure_and_source_from_paper_reference(tree):
@@ -307,10 +307,20 @@ def test_claims_take_their_paper_figure_and_source_from_paper_reference(tree):
 
 
 def _synthetic(cfg: dict, steps: list[dict] = (), evals: list[dict] = ()):
+    """Results of these rows; each main run's run.json records the config's method section as its settings
+    (what the report reads a run trained with)."""
+    from rtpo.experiment import RunKey
     from rtpo.report.load import Results, ablation_studies
 
+    records = {}
+    for t in cfg.get("tasks", []):
+        for m in cfg.get("methods", []):
+            for s in cfg.get("seeds", []):
+                key = RunKey("main", "", t, m, s)
+                records[key] = {"key": key.as_dict(), "copy_of": None,
+                                "settings": {"method": dict((cfg.get("method") or {}).get(m) or {})}}
     return Results(Path("."), cfg, pd.DataFrame(list(steps)), pd.DataFrame(list(evals)), None,
-                   ablation_studies(cfg))
+                   ablation_studies(cfg), records=records)
 
 
 def _group_size_results(default_g: int, values=(2, 3, 4)):
@@ -404,7 +414,7 @@ def test_consistency_builder_tests_the_ratio_against_the_papers_level():
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 18: standard errors, paired comparisons, learning, budget, status, timings kept apart
+# standard errors, paired comparisons, learning, budget, status, timings kept apart
 # ------------------------------------------------------------------------------------------------
 
 def _problems(work: Path, task: str, method: str, seed: int) -> dict[str, dict[str, float]]:
@@ -765,9 +775,9 @@ def test_record_that_contradicts_its_path_is_rejected(tmp_path):
 
 def test_one_table_by_name_writes_just_its_files_as_the_full_report_does(tree, tmp_path, capsys):
     """`rtpo report tables --only NAME` (the named Snakemake targets): the builder's tables, byte for byte as
-    the full report writes them, and no other file; the names are rtpo.grid's, in the registry's order;
+    the full report writes them, and no other file; the names are rtpo.experiment's, in the registry's order;
     an unknown name fails with exit 2 naming it and the known ones."""
-    from rtpo.grid import TABLE_NAMES
+    from rtpo.experiment import TABLE_NAMES
     from rtpo.report.tables import TABLES
 
     assert tuple(fn.__name__ for fn in TABLES) == TABLE_NAMES
@@ -841,7 +851,7 @@ def test_smoke_dag_report(request, tmp_path):
                                       check_exact=False, rtol=1e-9)
     led = pd.read_csv(tdir / "claims.csv")
     assert (led[led.rule != "theory-check"].verdict == INCONCLUSIVE).all()  # one seed
-    # issue 18: the eval JSONs carry per_problem, and the learning / budget / status files were written
+    # the eval JSONs carry per_problem, and the learning / budget / status files were written
     doc = json.loads((results / "eval" / "math" / "rtpo" / "seed0.json").read_text())
     assert sum(p["samples"] for p in doc["per_problem"]) == doc["overall"]["samples"]
     assert doc["overall"]["pass@1"] == pytest.approx(np.mean([p["successes"] / p["samples"]

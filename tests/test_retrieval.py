@@ -1,4 +1,4 @@
-"""Retrieval at paper scale (issue 16): the saved BM25 index, the `/retrieve` server (Search-R1's
+"""Retrieval at paper scale: the saved BM25 index, the `/retrieve` server (Search-R1's
 protocol) and its HTTP client, the persistent cache, and failures during a rollout.
 
 The slow tests share one synthetic corpus of 100,000 passages, indexed once per module both in
@@ -267,7 +267,7 @@ def test_server_killed_during_a_rollout(big, tmp_path):
     assert time.monotonic() - t0 < 30
     obs = [t.observations[0]["content"] for t in traj.turns[:2]]
     assert obs[0].startswith("[1] ") and want[0]["text"] in obs[0]
-    assert obs[1] == SEARCH_FAILED  # a fixed text: no URL or port of the dead server (issue 31)
+    assert obs[1] == SEARCH_FAILED  # a fixed text: no URL or port of the dead server
     assert traj.done and traj.reward == 1.0 and traj.tool_calls == 2 and traj.tool_errors == 1
     proc2, url2 = start_server(big["index"], tmp_path, port=port, name="victim")
     try:

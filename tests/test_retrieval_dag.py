@@ -1,4 +1,4 @@
-"""The paper DAG (issue 16): `snakemake --profile slurm -n` lists the corpus and index rules upstream
+"""The paper DAG: `snakemake --profile slurm -n` lists the corpus and index rules upstream
 of every search training and evaluation job; no other config has them.
 """
 

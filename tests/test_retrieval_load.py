@@ -1,4 +1,4 @@
-"""The retrieval server under load (issue 39, point 5): a listen backlog sized for its clients,
+"""The retrieval server under load: a listen backlog sized for its clients,
 bounded handler threads, a read timeout per connection, and requests validated field by field.
 
 Every test runs a real server (rtpo.retrieval.server.RetrievalServer) on loopback over a real BM25

@@ -1,4 +1,4 @@
-"""RTPO (issue 4's must-shows) on the real tiny model and real rollouts."""
+"""RTPO on the real tiny model and real rollouts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No run ends "fine" with wrong results (issue 39): one writer per run directory or eval output,
+"""No run ends "fine" with wrong results: one writer per run directory or eval output,
 finite numbers only, resumes that match the run they continue."""
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def test_cli_refuses_nan_lr_with_exit_2(setup, tmp_path):
 
 def test_training_stops_at_the_first_non_finite_step(setup):
     """A NaN that reaches training (here a NaN learning rate past the config check, as an overflow would):
-    before issue 39 the run exited 0 with every weight of final/ NaN and a bare NaN in metrics.jsonl."""
+    before the run guards the run exited 0 with every weight of final/ NaN and a bare NaN in metrics.jsonl."""
     from rtpo.train import NonFiniteError, train
 
     d, cfg = setup
@@ -183,7 +183,7 @@ def test_jsonl_is_strict_json(tmp_path):
 # ------------------------------------------------------------------------------ resumes that match
 @pytest.mark.parametrize("change", [("method", "grpo"), ("set", "method.rtpo.group_size=3")])
 def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
-    """Before issue 39, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
+    """Before the run guards, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
     rtpo, steps 1-2 grpo, and the summary said grpo."""
     from rtpo.checkpoints import CheckpointError
     from rtpo.train import train
@@ -195,18 +195,86 @@ def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     train("rtpo", "airline", short, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     before = (out / "metrics.jsonl").read_text()
     method, other = "rtpo", json.loads(json.dumps(cfg))
-    if change[0] == "method":
+    if change[0] == "method":  # run.json names the run the directory holds
         method = "grpo"
-        want = r"method: checkpoint 'rtpo', this run 'grpo'"
+        want = r"run\.json: the run directory holds run \{.*'method': 'rtpo'.*\}, not \{.*'method': 'grpo'"
     else:
         other["method"]["rtpo"]["group_size"] = 3
-        want = r"settings: checkpoint"
+        want = r"run\.json: the run was trained with other settings \(differ in: method\)"
     with pytest.raises(CheckpointError, match=want):
         train(method, "airline", other, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     assert (out / "metrics.jsonl").read_text() == before  # nothing changed
     # the same run with more steps resumes (extending a finished run is allowed)
     train("rtpo", "airline", cfg, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     assert [r["step"] for r in _records(out / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_resume_with_other_data_is_refused_naming_the_file(setup):
+    """Before run.json, resuming with another train file of the same task mixed two data sets: the
+    checkpoint's identity held no data hash. Now the resume names both files and changes nothing."""
+    from rtpo.train import RunMismatch, train
+
+    d, cfg = setup
+    out = d / "resume-data"
+    short = json.loads(json.dumps(cfg))
+    short["train"]["steps"] = 1
+    train("rtpo", "airline", short, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    other = d / "other-train.jsonl"
+    lines = (d / "data" / "train.jsonl").read_text().splitlines(keepends=True)
+    other.write_text("".join(lines[1:] + lines[:1]))   # the same tasks in another order: another data set
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    with pytest.raises(RunMismatch, match=rf"trained on train_file {d / 'data' / 'train.jsonl'} .*not {other}"):
+        train("rtpo", "airline", cfg, 0, out, d / "model", other, progress=False)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    cmd = _train_cmd(d, out)
+    cmd[cmd.index("--train-file") + 1] = str(other)
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and str(other) in r.stderr and "run.json" in r.stderr, r.stderr
+
+
+def test_shorter_rerun_of_a_finished_run_is_refused(setup):
+    """A finished 2-step run rerun with train.steps=1 exited 0 with a summary of "1 step" over 2 records and
+    the 2-step weights; now it is refused (the summary and run.json say what the run did)."""
+    from rtpo.run_record import read_record
+    from rtpo.train import RunMismatch, train
+
+    d, cfg = setup
+    out = d / "shorter"
+    two = json.loads(json.dumps(cfg))
+    two["train"]["steps"] = 2
+    summary = train("rtpo", "airline", two, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert summary["steps"] == 2 == len(_records(out / "metrics.jsonl"))
+    rec = read_record(out)
+    assert rec["steps"] == {"planned": 2, "completed": 2} and rec["key"]["scope"] == "main"
+    assert rec["inputs"]["train_file"]["sha256"] and rec["inputs"]["base_model"]["sha256"] and rec["code"]["tree"]
+    one = json.loads(json.dumps(cfg))
+    one["train"]["steps"] = 1
+    before = (out / "summary.json").read_text()
+    with pytest.raises(RunMismatch, match=r"holds a run of 2 steps .* train\.steps is 1"):
+        train("rtpo", "airline", one, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert (out / "summary.json").read_text() == before and read_record(out)["steps"]["completed"] == 2
+
+
+def test_a_symlinked_out_takes_its_targets_lock(tmp_path):
+    """Two writers of one run directory by two names (the directory and a link to it) both ran before: one
+    exited 0 with steps [0, 0, 1, 1, 2, 3, 4, 5]. The lock is the resolved path's."""
+    from rtpo.atomic import Busy, exclusive
+
+    real = tmp_path / "runs" / "seed0"
+    real.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    holder = _holder(real)
+    try:
+        with pytest.raises(Busy, match=rf"pid {holder.pid}"), exclusive(link, "training into"):
+            pass
+        with pytest.raises(Busy, match=rf"pid {holder.pid}"), exclusive(tmp_path / "runs" / ".." / "link"):
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    with exclusive(link):   # released with the holder
+        pass
 
 
 # ------------------------------------------------------------------------------ a model that fits the config

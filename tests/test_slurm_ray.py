@@ -267,7 +267,7 @@ def test_a_step_without_the_gpus_is_refused_before_ray_starts(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# issue 37: the profile's training jobs on one and two nodes, through the executor plugins' lines
+# the profile's training jobs on one and two nodes, through the executor plugins' lines
 # ------------------------------------------------------------------------------------------------
 
 class _Resources(dict):

@@ -1,4 +1,4 @@
-"""The start-up arithmetic of the verl path (rtpo.verl_ext.startup, `rtpo check-config`, issue 30).
+"""The start-up arithmetic of the verl path (rtpo.verl_ext.startup, `rtpo check-config`).
 
 Every cell of config/paper.yaml passes; planted settings fail naming the cell and the key: an
 over-long row against the per-GPU token budget, a turn longer than the budget, the issue's original
@@ -63,7 +63,7 @@ def test_every_paper_cell_passes_with_its_arithmetic():
         assert c.values["max pos"] == 40960 and c.memory.total < 80
     assert v["sync/interval-2: rtpo/search"]["keep"] and not v["rtpo/search"]["keep"]
     assert rep.evals[0].ok and rep.evals[0].values["GPUs"] == 4
-    # issue 37.1: each method's context bound, side by side (RTPO's c_k against the baselines' episode)
+    # each method's context bound, side by side (RTPO's c_k against the baselines' episode)
     assert v["rtpo/math"]["context bound"] == "c_k <= 8192, turn <= 4096"
     assert v["credit_assignment/psi-full: rtpo_ca/math"]["context bound"].startswith("c_k <= 8192")
     assert v["grpo/math"]["context bound"] == f"episode <= {v['grpo/math']['P+R']}"
@@ -72,7 +72,7 @@ def test_every_paper_cell_passes_with_its_arithmetic():
 
 
 def test_issue_settings_fail_naming_cell_and_key():
-    """config/paper.yaml before issue 30: 16384-token budget, no row cap."""
+    """config/paper.yaml before the start-up check: 16384-token budget, no row cap."""
     cfg = paper("train.micro_batch_tokens=16384")
     del cfg["verl"]["max_context"]
     fails = failing(st.check_config(cfg))
@@ -231,7 +231,7 @@ def test_cli_exit_codes_and_table(capsys):
 def test_snakemake_dry_run_stops_naming_cell_and_key(tmp_path):
     wf = workflow_copy(tmp_path / "wf")
     cfg = yaml.safe_load((wf / "config" / "paper.yaml").read_text())
-    cfg["train"]["micro_batch_tokens"] = 16384  # issue 30's value
+    cfg["train"]["micro_batch_tokens"] = 16384  # the value before the start-up check
     (wf / "config" / "planted.yaml").write_text(yaml.safe_dump(cfg))
     r = run_snakemake(wf, "-n", "--configfile", "config/planted.yaml")
     assert r.returncode != 0

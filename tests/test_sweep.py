@@ -1,4 +1,4 @@
-"""The mechanism sweep (issue 36.4): K-hop search questions, the sweep's cells and budgets, its DAG
+"""The mechanism sweep: K-hop search questions, the sweep's cells and budgets, its DAG
 target, and its report on constructed runs (the claim rows can come out either way)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from rtpo.config import load_config
-from rtpo.dag import Dag, sweep_budget, sweep_cells, sweep_data_sets
+from rtpo.dag import Dag
+from rtpo.experiment import sweep_budget, sweep_cells, sweep_data_sets
 from rtpo.data import generate_tasks
 from rtpo.data.search_tasks import MAX_HOPS, run_expert, sample_task
 from rtpo.envs import make_env
@@ -104,8 +105,9 @@ def _plant(results: Path, cfg: dict, pass1, kl) -> None:
                      "clip_share": 0.0, "context_overflow": 0.0, "rollouts_per_prompt": 10.0} for i in range(3)]
             (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
             p = pass1(c.hops, c.psi, c.method, s)
-            (results / c.eval_file(s).removeprefix("results/")).write_text(
-                json.dumps({"overall": {"pass@1": p, "hit": p}}))
+            (results / c.eval_file(s).removeprefix("results/")).write_text(json.dumps(
+                {"task": "search", "method": c.method, "seed": s, "k": 1, "benchmarks": {"b": {"pass@1": p, "hit": p}},
+                 "overall": {"pass@1": p, "hit": p}}))
 
 
 def _sweep_cfg() -> dict:

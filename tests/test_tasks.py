@@ -1,4 +1,4 @@
-"""Embedded task generators, scripted experts and the data registry (issue 3)."""
+"""Embedded task generators, scripted experts and the data registry."""
 
 from __future__ import annotations
 

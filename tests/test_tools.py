@@ -1,4 +1,4 @@
-"""Tool-call parser, BM25 search and airline DB tools (issue 3)."""
+"""Tool-call parser, BM25 search and airline DB tools."""
 
 from __future__ import annotations
 

@@ -229,9 +229,12 @@ def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeyp
     monkeypatch.setattr(ledger, "main_twin", lambda res, st, v, m: v == "G4")
     assert ledger.with_main_seeds(None, study, "G4", "rtpo", fetch) == {0: 0.9, 1: 0.91, 2: 0.92}
     assert ledger.with_main_seeds(None, study, "G3", "rtpo", fetch) == {}
-    # a config the DAG cannot read: no arm counts as the main grid's
+    # whether an arm is the main grid's is what its runs say (run.json copy_of), asked of the results by key
     monkeypatch.undo()
-    assert ledger.main_twin(SimpleNamespace(cfg={}), study, "G4", "rtpo") is False
+    asked = []
+    res = SimpleNamespace(copies_main=lambda *key: asked.append(key) or key[1] == "G4")
+    assert ledger.main_twin(res, study, "G4", "rtpo") is True and ledger.main_twin(res, study, "G3", "rtpo") is False
+    assert asked == [("group_size", "G4", "airline", "rtpo"), ("group_size", "G3", "airline", "rtpo")]
 
 
 # ------------------------------------------------------------------ theory rows

@@ -1,4 +1,4 @@
-"""The verl backend (rtpo.verl_ext, issue 9) against the real verl 0.9.1 on CPU.
+"""The verl backend (rtpo.verl_ext) against the real verl 0.9.1 on CPU.
 
 Fast tests: the advantage estimators through verl's registry and its `compute_advantage` dispatch
 (equal to the local engine's functions on the same recorded groups); `VerlEngine` (the engine seam

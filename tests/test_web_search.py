@@ -1,4 +1,4 @@
-"""Web search for the deep-search benchmarks (issue 16): the SerpAPI backend against a fake provider
+"""Web search for the deep-search benchmarks: the SerpAPI backend against a fake provider
 on 127.0.0.1 that replays responses in SerpAPI's Google JSON schema (search_metadata,
 search_parameters, answer_box, organic_results, related_questions; `error` on failures).
 
@@ -159,7 +159,7 @@ def test_provider_errors_become_error_observations(fake, tmp_path, monkeypatch, 
     env.reset(task)
     res = env.step('<tool_call>{"name": "search", "arguments": {"query": "glass tower"}}</tool_call>')
     obs = res.observations[0]["content"]
-    # the agent sees a fixed text (issue 31: nothing of the provider's answer or the server's address)
+    # the agent sees a fixed text (nothing of the provider's answer or the server's address)
     assert not res.done and obs == SEARCH_FAILED, obs
     assert res.info["tool_errors"] == 1
     assert len(fake.requests) == attempts

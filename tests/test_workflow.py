@@ -1,4 +1,4 @@
-"""The Snakemake workflow (issue 6): config validation, the DAG of every config, lint, the smoke DAG
+"""The Snakemake workflow: config validation, the DAG of every config, lint, the smoke DAG
 end to end, reruns (params change, deleted seed) and submission through the real Slurm executor
 plugin with fake Slurm commands (tests/fake_slurm/).
 
@@ -131,7 +131,7 @@ def test_dry_run_of_every_config(wf, name):
 def test_each_paper_table_is_a_target_of_its_own(wf):
     """`snakemake table10_group_size` runs that table's rule (and what it needs), not the report; `all`
     does not run the named rules (the tables rule writes the same files)."""
-    from rtpo.grid import TABLE_NAMES
+    from rtpo.experiment import TABLE_NAMES
 
     r = run_snakemake(wf, "-n", "table10_group_size", "--configfile", "config/smoke.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -289,7 +289,7 @@ def test_slurm_profile_selects_paper_and_gpus(wf):
     for rule in [f"train_{m}" for m in load("paper")["method"] if m != "vanilla"] + ["ablation_train"]:
         res = profile["set-resources"][rule]
         assert res["gpu"] >= 1 and {"runtime", "mem_mb", "cpus_per_task", "slurm_partition"} <= set(res), rule
-    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing (issue 15)
+    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing
     env = {"RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
     r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -308,7 +308,7 @@ def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
     evaluation job runs `rtpo evaluate --engine verl` and asks for at least
     verl.tensor_parallel_size x verl.eval_replicas GPUs (what rtpo evaluate checks at start); the
     vanilla "training" jobs (train.steps 0: a copy of the base model) ask for no GPU and go to the
-    CPU partition (issue 15)."""
+    CPU partition."""
     env = {"PATH": f"{FAKE_SLURM}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "FAKE_SLURM_DIR": str(tmp_path), "RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu",
            "RTPO_SLURM_GPU_PARTITION": "gpu"}
@@ -361,11 +361,17 @@ def test_smoke_dag_end_to_end(smoke_results, tmp_path):
     abl = sorted((work / "results" / "ablations").glob("*/*/*/*/eval_seed*.json"))
     assert cfg["seeds"] == cfg["ablations"]["seeds"]  # copied and trained arms: one eval file per seed each
     assert len(abl) == ablation_arm_count(cfg) * len(cfg["seeds"])
-    reused = sorted((work / "results" / "ablations").glob("*/*/*/*/seed*/reused_from.txt"))
+    # a copied arm says so in its run.json (copy_of: the main run), under its own key
+    records = [json.loads(p.read_text()) for p in (work / "results" / "ablations").glob("*/*/*/*/seed*/run.json")]
+    reused = [r for r in records if r["copy_of"] is not None]
     assert reused, "smoke.yaml has variants identical to main runs (G2, per_stage, on_policy)"
-    for marker in reused:
-        src = work / marker.read_text().strip()
-        assert (marker.parent / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+    for rec in reused:
+        src = work / "results" / "runs" / rec["copy_of"]["task"] / rec["copy_of"]["method"] / f"seed{rec['copy_of']['seed']}"
+        arm = (work / "results" / "ablations" / rec["key"]["scope"] / rec["key"]["variant"] / rec["key"]["task"]
+               / rec["key"]["method"] / f"seed{rec['key']['seed']}")
+        assert (arm / "metrics.jsonl").read_text() == (src / "metrics.jsonl").read_text()
+        assert json.loads((src / "run.json").read_text())["settings"] == rec["settings"]
+    assert all(r["steps"]["completed"] == r["steps"]["planned"] for r in records)
     assert any((work / "results" / "theory").iterdir())
     tables = work / "results" / "tables"
     for ext in ("csv", "md", "tex"):

@@ -5,7 +5,7 @@ any work, so a row the envs cannot use fails at once with exit 2 and
 
     results/data/math/train.jsonl:17: field 'answers': expected a list of non-empty strings, got int
 
-instead of a TypeError some steps into training (issue 31).
+instead of a TypeError some steps into training.
 
 Every row, whatever its kind:
 

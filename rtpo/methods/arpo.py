@@ -85,21 +85,21 @@ class ARPO(Method):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         c, n = self.cfg, self.name
-        self.N = cfg_int(c, "initial", 8, n)
-        self.M = cfg_int(c, "total", 16, n)
+        self.N = cfg_int(c, "initial", n)
+        self.M = cfg_int(c, "total", n)
         if self.N > self.M:
             raise ValueError(f"arpo.initial ({self.N}) must not exceed arpo.total ({self.M})")
-        self.tau = cfg_float(c, "tau", 0.5, n)
-        self.beta = cfg_float(c, "beta", 0.2, n)
-        self.beam = cfg_int(c, "beam_size", 2, n)
-        self.entropy_tokens = cfg_int(c, "entropy_tokens", 20, n)
-        self.entropy_agg = str(c.get("entropy_agg", "sum"))
+        self.tau = cfg_float(c, "tau", n)
+        self.beta = cfg_float(c, "beta", n)
+        self.beam = cfg_int(c, "beam_size", n)
+        self.entropy_tokens = cfg_int(c, "entropy_tokens", n)
+        self.entropy_agg = str(c["entropy_agg"])
         if self.entropy_agg not in ("sum", "mean"):
             raise ValueError(f"arpo.entropy_agg must be 'sum' or 'mean', got {self.entropy_agg!r}")
-        self.shared_prefix = str(c.get("shared_prefix", "every_row"))
+        self.shared_prefix = str(c["shared_prefix"])
         if self.shared_prefix not in SHARED_PREFIX_MODES:
             raise ValueError(f"arpo.shared_prefix must be one of {SHARED_PREFIX_MODES}, got {self.shared_prefix!r}")
-        self.seed = int(c.get("seed", 0))
+        self.seed = int(c["seed"])
         r = self.roller  # same engine, env, psi and sampling, plus the first-token entropies
         self.entropy_roller = Roller(r.engine, r.env_factory, r.psi,
                                      dataclasses.replace(r.params, entropy_tokens=self.entropy_tokens),

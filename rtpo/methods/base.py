@@ -12,12 +12,14 @@ from typing import Any
 from rtpo.engine.base import PolicyEngine, Row, UpdateConfig
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
+from rtpo.methods.cards import CARDS
 from rtpo.rollout import Roller, Start, Trajectory
 
 
-def cfg_int(cfg: dict[str, Any], key: str, default: int, method: str, minimum: int = 1) -> int:
-    """Read a positive integer option, with an error naming the method and the key."""
-    v = cfg.get(key, default)
+def cfg_int(cfg: dict[str, Any], key: str, method: str, minimum: int = 1) -> int:
+    """Read a positive integer option (its default is the method's card's), with an error naming the
+    method and the key."""
+    v = cfg[key]
     try:
         n = int(v)
         whole = not isinstance(v, bool) and float(v) == n
@@ -30,8 +32,8 @@ def cfg_int(cfg: dict[str, Any], key: str, default: int, method: str, minimum: i
     return n
 
 
-def cfg_float(cfg: dict[str, Any], key: str, default: float, method: str) -> float:
-    v = cfg.get(key, default)
+def cfg_float(cfg: dict[str, Any], key: str, method: str) -> float:
+    v = cfg[key]
     try:
         return float(v)
     except (TypeError, ValueError):
@@ -90,7 +92,10 @@ class Method:
 
     def __init__(self, engine: PolicyEngine, roller: Roller, cfg: dict[str, Any], update: UpdateConfig,
                  temperature: float = 1.0) -> None:
-        self.engine, self.roller, self.cfg, self.update_cfg = engine, roller, cfg, update
+        # the options: the config's method section over the card's defaults (rtpo.methods.cards), the
+        # only place a method's defaults live
+        self.cfg = CARDS[self.name].options(cfg) if self.name in CARDS else dict(cfg or {})
+        self.engine, self.roller, self.update_cfg = engine, roller, update
         self.temperature = temperature
 
     def step(self, tasks: list[Task], step: int) -> dict[str, Any]:

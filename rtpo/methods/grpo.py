@@ -62,8 +62,8 @@ class GRPO(Method):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.n_chains = cfg_int(self.cfg, "chains", 16, self.name)
-        self.norm_std = bool(self.cfg.get("adv_norm_std", True))
+        self.n_chains = cfg_int(self.cfg, "chains", self.name)
+        self.norm_std = bool(self.cfg["adv_norm_std"])
 
     def step(self, tasks: list[Task], step: int) -> dict[str, Any]:
         log = StepLog()

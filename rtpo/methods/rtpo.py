@@ -42,7 +42,7 @@ from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.base import Method
-from rtpo.methods.cards import card, parse_sync
+from rtpo.methods.cards import parse_sync
 from rtpo.rollout import Start, Trajectory
 
 # a member of a sibling group at S_k: (trunk index, its trajectory or None, is_sibling)
@@ -66,7 +66,7 @@ class RTPO(Method):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        c = card("rtpo").options(self.cfg)   # the card's defaults (the CPU default's) where cfg has none
+        c = self.cfg   # the config over the card's defaults (rtpo.methods.base.Method)
         self.trunks = int(c["trunks"])
         self.G = int(c["group_size"])
         if self.G < 2:

@@ -59,16 +59,16 @@ class SeeUPO(Method):
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
         c, n = self.cfg, self.name
-        self.n_chains = cfg_int(c, "chains", 16, n)
-        self.clamp = cfg_float(c, "adv_clamp", 3.0, n)
-        bounds = c.get("ratio_clip", [0.8, 1.2])
+        self.n_chains = cfg_int(c, "chains", n)
+        self.clamp = cfg_float(c, "adv_clamp", n)
+        bounds = c["ratio_clip"]
         try:
             self.low, self.high = (float(x) for x in bounds)
         except (TypeError, ValueError):
             raise ValueError(f"seeupo.ratio_clip must be two numbers [low, high], got {bounds!r}") from None
         if not 0.0 < self.low <= 1.0 <= self.high:
             raise ValueError(f"seeupo.ratio_clip must satisfy 0 < low <= 1 <= high, got {bounds!r}")
-        self.order = str(c.get("update_order", "reverse"))
+        self.order = str(c["update_order"])
         if self.order not in ("reverse", "sequential"):
             raise ValueError(f"seeupo.update_order must be 'reverse' or 'sequential', got {self.order!r}")
 

@@ -75,13 +75,13 @@ class TreeGRPO(Method):
 
     def __init__(self, *a: Any, **kw: Any) -> None:
         super().__init__(*a, **kw)
-        self.M = cfg_int(self.cfg, "trees", 4, self.name)
-        self.N = cfg_int(self.cfg, "expansions", 3, self.name)
-        self.L = cfg_int(self.cfg, "rounds", 1, self.name, minimum=0)
-        self.shared_prefix = str(self.cfg.get("shared_prefix", "every_leaf"))
+        self.M = cfg_int(self.cfg, "trees", self.name)
+        self.N = cfg_int(self.cfg, "expansions", self.name)
+        self.L = cfg_int(self.cfg, "rounds", self.name, minimum=0)
+        self.shared_prefix = str(self.cfg["shared_prefix"])
         if self.shared_prefix not in SHARED_PREFIX_MODES:
             raise ValueError(f"tree_grpo.shared_prefix must be one of {SHARED_PREFIX_MODES}, got {self.shared_prefix!r}")
-        self.seed = int(self.cfg.get("seed", 0))
+        self.seed = int(self.cfg["seed"])
 
     @property
     def per_prompt(self) -> int:

@@ -107,9 +107,6 @@ def report_main(args) -> int:
     return 0
 
 
-TOOLS = ("compare", "reference", "summary", "claims-map")
-
-
 def tools_parser():
     import argparse
 
@@ -156,7 +153,7 @@ def tools_main(argv: list[str]) -> int:
             print(f"rtpo report claims-map: {write_claims_map(args.tables, args.out, sweep=args.sweep)}")
             return 0
         if args.tool == "reference":
-            from rtpo.report.compare import make_reference
+            from rtpo.report.reference import make_reference
 
             written = make_reference(args.tables, args.out, config=args.config, commit=args.commit)
             print(f"rtpo report reference: {len(written) - 1} tables and README.md -> {args.out}")

@@ -25,7 +25,7 @@ builder per section below (registry `SECTIONS`, in ledger order), each returning
 
 Rows exist whatever the config runs: a comparison whose runs are absent has n = 0 and is
 inconclusive, and its note says what is missing. An ablation arm that is the main grid's configuration
-(rtpo.dag.Dag.reused) takes every seed the main grid ran (with_main_seeds). Windows over training steps are fractions of
+(its runs' run.json `copy_of`) takes every seed the main grid ran (with_main_seeds). Windows over training steps are fractions of
 the run (by step rank): "early" = first fifth, "late" = last fifth (paper: Step 10 vs Step 50 of 50).
 
 Writes claims.csv (numbers), claims.md and claims.tex (the ledger with its rules). Claims about
@@ -43,7 +43,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.grid import MAIN, Study
+from rtpo.experiment import MAIN, Study
 from rtpo.report.load import Results, benchmark_label
 from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
@@ -244,14 +244,9 @@ def _bench(b: str | None) -> str:
 
 
 def main_twin(res: Results, study: Study, variant: str, method: str) -> bool:
-    """Whether this ablation arm is the main grid's configuration (rtpo.dag.Dag.reused: its runs are copies of
-    the main runs, over every main seed): its per-seed values then come from every seed the main grid ran."""
-    try:
-        from rtpo.dag import Dag
-        cells = Dag(res.cfg).reused
-    except Exception:  # a partial config (tests, an old results tree): no arm counts as the main grid's
-        return False
-    return cells.get(f"{study.name}/{variant}/{study.task}/{method}") is not None
+    """Whether this ablation arm is the main grid's configuration: its runs say they are copies of main runs
+    (run.json `copy_of`, rtpo.experiment). Its per-seed values then come from every seed the main grid ran."""
+    return res.copies_main(study.name, variant, study.task, method)
 
 
 def with_main_seeds(res: Results, study: Study, variant: str, method: str, fetch: Callable[..., PerSeed]) -> PerSeed:
@@ -562,10 +557,11 @@ def group_size(res: Results) -> list[Claim]:
                    + (f"; {hi} is the main grid's configuration: every main seed counts"
                       if main_twin(res, gs, hi, m) else "")),
     ]
-    if "G2" in gs.variant_names() and "G3" in gs.variant_names():
+    g2, g3 = gs.variant_of(2), gs.variant_of(3)
+    if g2 and g3:
         out.append(Claim("G.2-G2-degenerate", PAPER["g2_degenerate"], "G = 2 degenerates (little relative signal)",
-                         "G2 − G3: zero_adv_frac averaged over steps", "pp",
-                         _pp(st("G2", "zero_adv_frac"), st("G3", "zero_adv_frac")), evidence="table10_group_size",
+                         f"{g2} − {g3}: zero_adv_frac averaged over steps", "pp",
+                         _pp(st(g2, "zero_adv_frac"), st(g3, "zero_adv_frac")), evidence="table10_group_size",
                          kind=KIND_STRUCTURAL, construction=BY_DESIGN_G2))
     return out
 
@@ -576,10 +572,10 @@ def _group_pair(res: Results, st: Study) -> tuple[str, str] | None:
     vs = sorted(st.variants, key=lambda v: float(v.value))
     if len(vs) < 2:
         return None
-    default = res.main_setting(st.methods[0], st.task, "group_size")
+    ref = st.variant_of(res.main_setting(st.methods[0], st.task, "group_size"))
     names = [v.name for v in vs]
-    if default is not None and f"G{default}" in names and names.index(f"G{default}") + 1 < len(names):
-        i = names.index(f"G{default}")
+    if ref is not None and names.index(ref) + 1 < len(names):
+        i = names.index(ref)
         return names[i], names[i + 1]
     return names[-2], names[-1]
 
@@ -943,7 +939,7 @@ def write_ledger(res: Results, outdir: str | Path) -> list[Path]:
     df = full[~is_timing].drop(columns="timing").reset_index(drop=True)
     paths = [out / "claims.csv", out / "claims.md", out / "claims.tex", out / "timing_claims.csv",
              out / "timing_claims.md"]
-    atomic_call(paths[0], df.to_csv, index=False)  # issue 20: renamed into place
+    atomic_call(paths[0], df.to_csv, index=False)  # renamed into place
     atomic_call(paths[3], timing.to_csv, index=False)
     summary, tsummary = counts_text(df), counts_text(timing)
     disp = ledger_display(df, str(res.cfg.get("name", "ours")))

@@ -1,9 +1,8 @@
 """Find and read the files the DAG wrote, as two tidy tables (docs/ARCHITECTURE.md has the schemas).
 
-What to read is derived from the config through rtpo.grid, the module the DAG writes its paths with:
-`tasks` x `methods` x `seeds` for the main runs, and every ablation arm over `ablations.seeds`
-(rtpo.grid.expected_runs). The layout and the variant names are rtpo.grid's docstring; the theory checks
-are results/theory/theory_checks.csv (`rtpo theory`).
+What to read is the config's experiment (rtpo.experiment, the runs the DAG writes): the main grid and
+every ablation arm over `ablations.seeds` (`report_keys`). The layout and the variant names are
+rtpo.experiment's docstring; the theory checks are results/theory/theory_checks.csv (`rtpo theory`).
 
 `load_results(results_dir, cfg)` returns a `Results` with
   steps  one row per (scope, variant, task, method, seed, step): the JSONL scalars, flattened
@@ -30,7 +29,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
-from rtpo.grid import MAIN, RunKey, Study, config_cells, expected_runs, studies_of
+from rtpo.experiment import MAIN, Experiment, RunKey, Study
+from rtpo.run_record import RUN_FILE, read_record
 
 STEP_REQUIRED = ("step",)
 # JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
@@ -46,7 +46,12 @@ THEORY_COLUMNS = ("check", "paper_claim", "quantity", "closed_form", "monte_carl
 
 def ablation_studies(cfg: dict[str, Any]) -> dict[str, Study]:
     """The studies of the config's `ablations` section (their task, methods and variants), in study order."""
-    return studies_of(config_cells(cfg))
+    return Experiment(cfg).studies
+
+
+def report_keys(cfg: dict[str, Any]) -> list[RunKey]:
+    """The runs the report reads: the experiment's main grid and ablation arms (the sweep has its own report)."""
+    return [r.key for r in Experiment(cfg).report_runs()]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -233,9 +238,26 @@ def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, A
                 raise ValueError(f"{path}: {name}.{key} is not a number: {_short(val)}") from None
             except ValueError:
                 raise ValueError(f"{path}: {name}.{key} is not finite: {_short(val)}") from None
+            check_range(path, f"{name}.{key}", key, row[key])
         row["pass@k"] = row.get(f"pass@{k}", math.nan)
         rows.append(row)
     return rows
+
+
+# every eval metric is a count or a mean of counts (>= 0) but the reward, whose sign is the task's; these are
+# also fractions (<= 1): pass@k, hit / em / f1, and every *_rate
+FRACTIONS = ("hit", "em", "f1", "exact_match", "accuracy", "success")
+SIGNED = ("reward",)
+
+
+def check_range(path: Path, name: str, key: str, v: float) -> None:
+    """ValueError naming the file and the key when eval metric `key` is out of its range (NaN = not measured)."""
+    if math.isnan(v) or key in SIGNED:
+        return
+    fraction = key.startswith("pass@") or key.endswith("_rate") or key in FRACTIONS
+    if v < 0 or (fraction and v > 1):
+        raise ValueError(f"{path}: {name} is {v:g}, outside [0, {'1' if fraction else 'inf'})"
+                         f"{' (a fraction)' if fraction else ' (a count)'}")
 
 
 def read_eval_problems(path: Path) -> list[dict[str, Any]]:
@@ -281,9 +303,6 @@ def read_theory(path: Path) -> pd.DataFrame:
 # the loaded results
 # ------------------------------------------------------------------------------------------------
 
-KEY_COLS = ["scope", "variant", "task", "method", "seed"]
-
-
 @dataclass
 class Results:
     """Everything the report reads, as tidy DataFrames (see the module docstring)."""
@@ -300,6 +319,8 @@ class Results:
     # task -> {benchmark: reason} the data job left out (results/data/<task>/not_run.json, e.g. the
     # deep-search benchmarks without a web-search key, rtpo/data/paper.py); tables mark them "not run"
     not_run: dict[str, dict[str, str]] = field(default_factory=dict)
+    # each run's run.json (rtpo.run_record): what it trained with and the run it copies
+    records: dict[RunKey, dict[str, Any]] = field(default_factory=dict)
 
     # ---- selections --------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -309,11 +330,24 @@ class Results:
         self._eval_run_idx = _index(self.evals, ["scope", "variant", "task", "method"])
         self._problem_idx = _index(self.problems, ["scope", "variant", "task", "method"])
 
+    def run_settings(self, task: str, method: str, scope: str = MAIN, variant: str = "") -> dict[str, Any] | None:
+        """The effective settings the runs of (scope, variant, task, method) trained with, from their run.json
+        (None when none was read); every seed's are the same (rtpo.experiment)."""
+        for key, rec in self.records.items():
+            if (key.scope, key.variant, key.task, key.method) == (scope, variant, task, method):
+                return rec["settings"]
+        return None
+
     def main_setting(self, method: str, task: str, key: str) -> Any:
-        """The main grid's effective method.<method>.<key> on `task`: its per_task override where the config
-        has one (rtpo.config.method_settings' overlay), else the method's value (None when unset)."""
-        m = (self.cfg.get("method") or {}).get(method) or {}
-        return ((m.get("per_task") or {}).get(task) or {}).get(key, m.get(key))
+        """The main grid's method.<method>.<key> on `task` as its runs trained with it (run.json; None when
+        the runs or the option are absent)."""
+        s = self.run_settings(task, method)
+        return None if s is None else (s.get("method") or {}).get(key)
+
+    def copies_main(self, scope: str, variant: str, task: str, method: str) -> bool:
+        """Whether the runs of this ablation arm are copies of main runs (their run.json `copy_of`)."""
+        return any(rec.get("copy_of") is not None for key, rec in self.records.items()
+                   if (key.scope, key.variant, key.task, key.method) == (scope, variant, task, method))
 
     def online_column(self, task: str, scope: str = MAIN, variant: str = "") -> str:
         """The step column that measures online success on `task`: `heldout_success` (a fixed held-out
@@ -506,11 +540,18 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     problem_rows: list[dict[str, Any]] = []
     inputs: list[dict[str, Any]] = []
     missing: list[str] = []
-    for key in expected_runs(cfg):
+    records: dict[RunKey, dict[str, Any]] = {}
+    for key in report_keys(cfg):
         tag = {"scope": key.scope, "variant": key.variant, "task": key.task, "method": key.method, "seed": key.seed}
-        mpath = Path(key.run_dir(str(root))) / "metrics.jsonl"
-        if mpath.exists():
-            recs = read_metrics_jsonl(mpath, key)
+        rdir = Path(key.run_dir(str(root)))
+        mpath = rdir / "metrics.jsonl"
+        recs = read_metrics_jsonl(mpath, key) if mpath.exists() else None
+        rec = check_run(rdir, key, None if recs is None else len(recs))
+        if rec is not None:
+            records[key] = rec
+        elif (rdir / "summary.json").exists():
+            missing.append(str(rdir / RUN_FILE))
+        if recs is not None:
             step_rows += [{**r, **tag} for r in recs]
             inputs.append({"kind": "metrics", **tag, "path": str(mpath), "records": len(recs)})
         elif training_steps(cfg, key.method, key.task) > 0:  # steps: 0 (vanilla) writes no records
@@ -540,7 +581,31 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     if not steps.empty:
         steps["step"] = steps["step"].astype(int)
     return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems,
-                   not_run=read_not_run(root, cfg))
+                   not_run=read_not_run(root, cfg), records=records)
+
+
+def check_run(run_dir: Path, key: RunKey, n_records: int | None = None) -> dict[str, Any] | None:
+    """The run record (run.json) of the run `key` in `run_dir`, checked against what the report reads; None
+    when the run has none. Refused (ValueError naming the file): a record of another run than its path says,
+    and a short run: one whose metrics.jsonl holds fewer step records than run.json says it completed, or
+    that completed fewer steps than it planned (a finished run's summary would hide the missing steps).
+    n_records: the records of its metrics.jsonl (counted here when None)."""
+    path = Path(run_dir) / RUN_FILE
+    rec = read_record(run_dir)
+    if rec is None:
+        return None
+    if rec["key"] != key.as_dict():
+        raise ValueError(f"{path}: field 'key' is {_short(rec['key'], 200)}, but the path says {key.as_dict()}")
+    done, planned = rec["steps"]["completed"], rec["steps"]["planned"]
+    if n_records is None:
+        mpath = Path(run_dir) / "metrics.jsonl"
+        n_records = len(read_metrics_jsonl(mpath, key)) if mpath.exists() else 0
+    if n_records < done:
+        raise ValueError(f"{Path(run_dir) / 'metrics.jsonl'}: holds {n_records} step records, but {path} says "
+                         f"{done} steps were completed: records are missing; rerun the run")
+    if done < planned:
+        raise ValueError(f"{path}: the run completed {done} of its {planned} steps (a short run); rerun it")
+    return rec
 
 
 def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:

@@ -106,10 +106,6 @@ def relative_gain(a: float, b: float) -> float:
 # verdict rules (stated verbatim in the ledger)
 # ------------------------------------------------------------------------------------------------
 
-RULE_DIRECTION = (
-    "direction: the effect is a per-seed number whose sign the paper claims (> 0 or < 0). "
-    "reproduced if its 95 % t-interval over seeds excludes 0 on the paper's side; not reproduced if it "
-    "excludes 0 on the opposite side; otherwise inconclusive. With fewer than 2 seeds: inconclusive.")
 RULE_EFFECT = (
     "effect (empirical claims): the effect is a per-seed number whose sign the paper claims, and d > 0 is the "
     "paper's effect size on our scale (the `expected` column states it and how it was mapped: the paper's "

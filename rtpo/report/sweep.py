@@ -1,9 +1,9 @@
-"""The mechanism sweep's report (`rtpo report sweep`, rule sweep_report; config `sweep`; issue 36.4).
+"""The mechanism sweep's report (`rtpo report sweep`, rule sweep_report; config `sweep`).
 
 The paper's central mechanism (§1, §2.1, §F.1-F.2): a flat method samples turn k under c_k = psi(S_k)
 but scores it under the full history, so the rollout-training mismatch grows with the turns a psi
 drops and with the horizon; RTPO trains on (c_k, turn k) rows, so it has none. The sweep varies both
-(search questions of exactly K hops x psi x method, rtpo.dag.sweep_cells) and this module writes:
+(search questions of exactly K hops x psi x method, rtpo.experiment.sweep_cells) and this module writes:
 
   <tables>/sweep_horizon.{csv,md}  per (K, psi, method): seeds, pass@1 and hit (mean and 95 % t-interval
                                    over seeds), the paired difference to RTPO, the mismatch the method
@@ -19,7 +19,6 @@ the config's sweep expects and that is absent is an error naming it.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.dag import sweep_cells
-from rtpo.grid import SweepCell
+from rtpo.experiment import SWEEP, Experiment, RunKey
+from rtpo.report.load import check_run, read_eval_json, read_metrics_jsonl
 from rtpo.report.paper_reference import PaperFigure
 from rtpo.report.stats import KIND_EMPIRICAL, summarize
 
@@ -50,46 +49,36 @@ MIN_SLOPE_KL = 0.002    # nats / token per hop
 MIN_GAP_PP = 2.0        # pp of pass@1
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(f"sweep report: {path} is missing (run `snakemake sweep`)") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"sweep report: {path}: not JSON ({e})") from None
-
-
-def _step_means(path: Path) -> dict[str, float]:
-    """Mean over a run's step records of each of STEP_METRICS (NaN where no record has it)."""
+def _required(path: Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"sweep report: {path} is missing (run `snakemake sweep`)")
-    vals: dict[str, list[float]] = {k: [] for k in STEP_METRICS}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"sweep report: {path}:{n}: not JSON ({e})") from None
-        for k in STEP_METRICS:
-            v = rec.get(k)
-            if isinstance(v, (int, float)) and math.isfinite(v):
-                vals[k].append(float(v))
-    return {k: float(np.mean(v)) if v else math.nan for k, v in vals.items()}
+    return path
+
+
+def _step_means(path: Path, key: RunKey) -> dict[str, float]:
+    """Mean over a run's step records of each of STEP_METRICS (NaN where no record measured it), read by
+    the report's reader (rtpo.report.load.read_metrics_jsonl: a bad or non-finite value names path:line)."""
+    recs = read_metrics_jsonl(_required(path), key)
+    out = {}
+    for k in STEP_METRICS:
+        vals = [r[k] for r in recs if k in r and not math.isnan(r[k])]
+        out[k] = float(np.mean(vals)) if vals else math.nan
+    return out
 
 
 def load_sweep(results: str | Path, cfg: dict[str, Any]) -> pd.DataFrame:
     """One row per (K, psi, method, seed) of config `sweep`: pass@1 and hit (eval JSON `overall`) and the
-    step-record means of STEP_METRICS. Paths from rtpo.grid's SweepCell (the layout the DAG writes)."""
+    step-record means of STEP_METRICS. The runs are the experiment's (rtpo.experiment, scope "sweep"), read
+    with the main report's readers (rtpo.report.load)."""
     root = str(results)
     rows = []
-    for c in sweep_cells(cfg):
-        for s in c.seeds:
-            ev = _read_json(Path(c.eval_file(s, root)))
-            ov = ev.get("overall") or {}
-            rows.append({"hops": c.hops, "psi": c.psi, "method": c.method, "seed": s,
-                         "pass1": ov.get("pass@1", math.nan), "hit": ov.get("hit", math.nan),
-                         **_step_means(Path(c.run_dir(s, root)) / "metrics.jsonl")})
+    for r in Experiment(cfg).select(SWEEP):
+        path = Path(r.eval_file(root))
+        overall = next(row for row in read_eval_json(_required(path), r.key) if row["benchmark"] == "overall")
+        check_run(Path(r.run_dir(root)), r.key)
+        rows.append({"hops": int(r.variant.split("/")[0][1:]), "psi": r.value, "method": r.method, "seed": r.seed,
+                     "pass1": overall.get("pass@1", math.nan), "hit": overall.get("hit", math.nan),
+                     **_step_means(Path(r.run_dir(root)) / "metrics.jsonl", r.key)})
     return pd.DataFrame(rows)
 
 
@@ -244,7 +233,7 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     atomic_write_text(paths[1], "\n".join([
         "# Mechanism sweep: search questions of K hops x rollout context map psi x method", "",
         f"K = {sw['hops']}, psi = {sw['psi']}, methods = {sw['methods']}, seeds = {sw['seeds']}; a flat method's "
-        "chains = RTPO's E.3 budget at that K (rtpo.dag.sweep_budget). pass@1 / hit in %, mean and 95 % t-interval "
+        "chains = RTPO's E.3 budget at that K (rtpo.experiment.sweep_budget). pass@1 / hit in %, mean and 95 % t-interval "
         "over seeds; rtpo_minus_method_pp paired by seed; mismatch metrics: means over training steps and seeds.", "",
         to_markdown(table.round(3)), ""]) + "\n")
     atomic_call(paths[2], claims.to_csv, index=False)
@@ -255,4 +244,4 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     return paths
 
 
-__all__ = ["load_sweep", "horizon_table", "sweep_claims", "plot_sweep", "write_sweep", "SweepCell"]
+__all__ = ["load_sweep", "horizon_table", "sweep_claims", "plot_sweep", "write_sweep"]

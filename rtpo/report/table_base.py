@@ -171,7 +171,7 @@ def write_table(t: Table, outdir: str | Path) -> list[Path]:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{t.name}.csv", out / f"{t.name}.md", out / f"{t.name}.tex"]
-    atomic_call(paths[0], t.data.to_csv, index=False)  # issue 20: renamed into place
+    atomic_call(paths[0], t.data.to_csv, index=False)  # renamed into place
     md = [f"## {t.title}", "", to_markdown(t.display), ""] + [f"- {n}" for n in t.notes]
     atomic_write_text(paths[1], "\n".join(md) + "\n")
     caption = t.title + ". " + " ".join(t.notes)

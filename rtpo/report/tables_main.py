@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from rtpo.config import method_settings
 from rtpo.report.load import MAIN, Results, benchmark_label, select_window, training_steps
 from rtpo.report.paper_reference import PAPER_COL, PAPER_GAINS
 from rtpo.report.stats import (
@@ -453,10 +452,9 @@ def trained_methods(res: Results, task: str) -> list[str]:
 
 
 def kl_coef(res: Results, method: str, task: str) -> float:
-    try:
-        return float(method_settings(res.cfg, method, task)["train"].get("kl_coef", 0.0) or 0.0)
-    except Exception:  # a method without a config section: no reference model known
-        return 0.0
+    """The KL coefficient the runs trained with (run.json); 0 without a record: no reference model known."""
+    s = res.run_settings(task, method)
+    return float(((s or {}).get("train") or {}).get("kl_coef", 0.0) or 0.0)
 
 
 def learning_cells(res: Results) -> list[dict[str, Any]]:
@@ -608,10 +606,7 @@ def budget_cells(res: Results) -> list[dict[str, Any]]:
             mean = summarize(paper[m].values()).mean if paper[m] else math.nan
             dev = 100 * (mean / median - 1) if median and not math.isnan(mean) else math.nan
             turns = res.steps_by_seed(t, m, "trunks_turns_mean", "mean")
-            try:  # the run's own settings: method.<m>, overlaid by method.<m>.per_task.<task>
-                settings = method_settings(res.cfg, m, t)["method"]
-            except Exception:
-                settings = ((res.cfg.get("method") or {}).get(m) or {})
+            settings = (res.run_settings(t, m) or {}).get("method") or {}   # what the runs trained with (run.json)
             match = (closest_trunks_g(summarize(turns.values()).mean if turns else math.nan, median)
                      if "group_size" in settings and "trunks" in settings else None)
             out.append({"task": t, "method": m, "paper": paper[m], "median": median, "dev": dev,

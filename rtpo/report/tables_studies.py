@@ -130,9 +130,7 @@ def table06_continuation_detail(res: Results) -> list[Table]:
 def _group_ref(res: Results, st) -> str:
     """The reference variant: the main grid's G for the study's method on its task (per-task overrides
     included) if it is a variant, else the first."""
-    default = res.main_setting(st.methods[0], st.task, "group_size")
-    names = st.variant_names()
-    return f"G{default}" if default is not None and f"G{default}" in names else names[0]
+    return st.variant_of(res.main_setting(st.methods[0], st.task, "group_size")) or st.variant_names()[0]
 
 
 def table10_group_size(res: Results) -> list[Table]:

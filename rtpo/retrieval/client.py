@@ -15,7 +15,7 @@ with exponential backoff, then raised as RetrievalError; the search env turns th
 observation with a fixed text (rtpo.tools.search_tool.SEARCH_FAILED: no URL, port or pid, so the
 tokens a model sees do not depend on where the server ran) and a tool error, so the rollout goes on.
 
-What a dead or stopped server costs (issue 31): `timeout` bounds a whole search -- connect, read,
+What a dead or stopped server costs: `timeout` bounds a whole search -- connect, read,
 the retries and their backoff; each attempt gets what is left of it -- where it used to bound each
 of three attempts (~31 s a search with the defaults against a SIGSTOPped server). And a circuit
 breaker: after `circuit_failures` searches in a row failed (from any thread), every search fails at

@@ -22,7 +22,7 @@ A query holds the GIL for most of its time (numpy fancy indexing over the postin
 process answers about one query per core at a time; the memory-mapped index is shared by all
 workers through the page cache. Workers die with the first process (PR_SET_PDEATHSIG).
 
-Under load (issue 39): every rollout thread of every process on a node may search at once.
+Under load: every rollout thread of every process on a node may search at once.
 - Listen backlog: --backlog, default 1024 connections (`request_queue_size`; the kernel caps it at
   net.core.somaxconn, 4096 on current kernels). The stdlib default of 5 reset connections from
   about 20 concurrent clients on: 18 to 64 of 200 concurrent searches failed through our retrying

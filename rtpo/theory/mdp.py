@@ -125,10 +125,6 @@ def softmax_policy(rng: np.random.Generator, mdp: TurnMDP, temperature: float = 
     return out
 
 
-def uniform_policy(mdp: TurnMDP) -> Policy:
-    return [np.full((s, a), 1.0 / a) for s, a in zip(mdp.n_states, mdp.n_actions)]
-
-
 def greedy_policy(Q: list[np.ndarray]) -> Policy:
     """One-hot policy picking argmax_a Q[k][s, a] (ties -> lowest index)."""
     out = []

@@ -109,7 +109,7 @@ class SandboxResult:
 _probe_cache: dict[tuple[str, str, bool], tuple] = {}
 _probe_lock = _proc.setup_lock  # re-entered: the probe run compiles the bootstrap
 
-# Which limit stops what (issue 18: a program's outcome must not depend on the machine's load).
+# Which limit stops what (a program's outcome must not depend on the machine's load).
 # - cpu_s (RLIMIT_CPU, per process): an endless loop, at cpu_s of CPU time however loaded the
 #   machine is. This is the limit that decides normal timeouts.
 # - wall_s (C, D's active time: wall clock minus the time D waited for a CPU): a program that sleeps

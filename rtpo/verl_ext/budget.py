@@ -273,33 +273,22 @@ def checkpoint_disk(shape: ModelShape, ov: Mapping[str, Any]) -> Disk:
 
 def rollout_tokens(method: str, m: Mapping[str, Any], env: Mapping[str, Any], R: int, chains: int) -> tuple[int, str]:
     """(generated tokens per prompt at the caps, how they are counted): every turn runs its
-    max_new_tokens T, over the method's rollouts of the config (its defaults otherwise, rtpo/methods).
+    max_new_tokens T, over the rollouts its card counts (rtpo.methods.cards `rollouts`, of the config's
+    options and the card's defaults; `chains`, verl's rollout.n, is what the card's count gives GRPO).
     A flat method's episode is K turns cut at its row's response budget R; Tree-GRPO's and ARPO's
     branches are counted as whole episodes (they share a prefix, so this over-counts).
     RTPO per trunk: the trunk's K turns, then at each boundary S_k (k = K-1 .. 0) G-1 siblings of
     K - k turns each and the trunk's regenerated continuation of K - k - 1 turns."""
-    from rtpo.methods.cards import TURN_ROW_METHODS, card
+    from rtpo.methods.cards import card
 
     K, T = int(env.get("max_turns", 3)), int(env["max_new_tokens"])
-    if method in TURN_ROW_METHODS:
-        o = card(method).options(m)
-        trunks, G = int(o["trunks"]), int(o["group_size"])
-        turns = K + (G - 1) * K * (K + 1) // 2 + K * (K - 1) // 2
-        return trunks * turns * T, f"{trunks} trunks x {turns} turns of {T}"
+    c = card(method)
+    if c.rollouts is None:
+        raise CheckError(f"method {method!r}: its card (rtpo.methods.cards) has no rollout count for the step-time estimate")
+    n, unit, how = c.rollouts(c.options(m), K)
+    if unit == "turns":
+        return n * T, f"{how} of {T}"
     episode = min(K * T, R)
-    if method == "grpo":
-        n, how = chains, f"{chains} chains"
-    elif method == "seeupo":
-        n = int(m.get("chains", 16))
-        how = f"{n} chains"
-    elif method == "arpo":
-        n = int(m.get("total", 16))
-        how = f"{n} trajectories"
-    elif method == "tree_grpo":
-        trees, x, rounds = int(m.get("trees", 4)), int(m.get("expansions", 3)), int(m.get("rounds", 1))
-        n, how = trees * (1 + rounds * x), f"{trees} trees x (1 + {rounds} x {x}) leaves"
-    else:
-        raise CheckError(f"method {method!r}: no rollout count for the step-time estimate")
     return n * episode, f"{how} x {episode} tokens"
 
 

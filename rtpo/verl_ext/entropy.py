@@ -1,4 +1,4 @@
-"""Entropy with gradients without verl's whole-function recompute (issue 37; upstream verl issue #2448).
+"""Entropy with gradients without verl's whole-function recompute (upstream verl issue #2448).
 
 Tree-GRPO's entropy bonus (config/paper.yaml ``entropy_coef: 0.001``) makes rtpo's update ask verl for
 the entropy with gradients (rtpo/verl_ext/trainer.py: calculate_entropy; verl workers/utils/losses.py

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, needs_keep_weights  # noqa: F401  (re-exported)
+from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 
 HERE = Path(__file__).resolve().parent
@@ -72,8 +72,8 @@ def trainer_mode(method: str, m: dict[str, Any]) -> str:
     if method not in VERL_METHODS:
         raise ValueError(f"method {method!r} is not available on the verl engine (have: {sorted(VERL_METHODS)}); "
                          "run it with engine: local")
-    if method == "vanilla":
-        raise ValueError("vanilla trains nothing: `rtpo train --engine verl` writes its final/ and summary.json "
+    if not card(method).trains:
+        raise ValueError(f"{method} trains nothing: `rtpo train --engine verl` writes its final/ and summary.json "
                          "without verl (write_untrained)")
     if method in TURN_ROW_METHODS:
         cont = str(m.get("continuation", "on_policy"))

@@ -18,7 +18,7 @@
 # RAY_ADDRESS=<head address>:<port>, so verl's ray.init() joins the cluster; its exit status is
 # this script's.
 #
-# Where it runs (issue 37). With one node, Snakemake's jobstep executor runs the job in
+# Where it runs. With one node, Snakemake's jobstep executor runs the job in
 # `srun -n1 --gpus=<gpu> --nodes=1`: that step holds the node's GPUs and the head inherits them. A
 # nested `srun --overlap -N1 -n1` without a GPU option (what this script used to start the head
 # with) may get no GPU, depending on the Slurm version and its GRES/cgroup settings. With several

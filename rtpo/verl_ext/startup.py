@@ -1,7 +1,7 @@
 """Start-up arithmetic of the paper-scale verl path: `rtpo check-config`, and the DAG's start.
 
 For every (method, task) cell a config with ``engine: verl`` trains -- the main grid and the
-ablation cells the DAG trains (`rtpo.dag`) -- `check_config` builds the Hydra overrides the launcher
+ablation cells the DAG trains (`rtpo.experiment`) -- `check_config` builds the Hydra overrides the launcher
 passes to verl on GPUs (``launch.verl_overrides(..., cpu=False)``), parses them, fills in verl
 0.9.1's defaults for the keys they leave alone, and checks what verl 0.9.1, vLLM and rtpo's own
 trainer enforce at start-up (or mid-run, after hours of rollout), plus a per-GPU memory estimate,
@@ -55,7 +55,7 @@ and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a 
 Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
 evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
 vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
-Estimates, printed, never failing (issue 37.5): per cell the shared-filesystem disk of a run
+Estimates, printed, never failing: per cell the shared-filesystem disk of a run
 (`checkpoint_disk`: one checkpoint of the actor's save_contents x train.checkpoint_keep + final/) and
 the config's total over its runs; the step time (`run_time`: generated tokens per step at the caps /
 verl.step_tokens_per_gpu_s x GPUs) and run time, which warn when a rule's longest run exceeds the
@@ -260,43 +260,38 @@ class Report:
 
 
 def training_cells(cfg: Mapping[str, Any]) -> list[tuple[str, str, str, tuple]]:
-    """(label, method, task, sets) of every verl training run the DAG has: the main grid's methods
-    that train (steps > 0) x tasks, and each ablation cell the DAG trains (not a copy of a main run),
-    once per distinct setting (seeds only change data order)."""
-    from rtpo.config import method_settings
-    from rtpo.dag import Dag
-
-    out, seen = [], set()
-    for task in cfg["tasks"]:
-        for method in cfg["methods"]:
-            if int(method_settings(cfg, method, task)["train"]["steps"]) > 0:
-                out.append((f"{method}/{task}", method, task, ()))
-                seen.add((method, task, ()))
-    for c in Dag(cfg).trained_cells():
-        if (c.method, c.task, c.sets) not in seen:
-            seen.add((c.method, c.task, c.sets))
-            out.append((f"{c.study}/{c.variant}: {c.method}/{c.task}", c.method, c.task, c.sets))
-    return out
+    """(label, method, task, sets) of every verl training run of the experiment (rtpo.experiment): the
+    main grid's runs that train and each ablation arm that trains (not a copy of a main run), once per
+    distinct setting (seeds only change data order)."""
+    return [(label, m, t, sets) for label, (m, t, sets, _) in _trained_settings(cfg).items()]
 
 
 def training_runs(cfg: Mapping[str, Any]) -> dict[str, int]:
-    """label (of `training_cells`) -> the runs the DAG trains with that setting: the main grid's seeds,
-    the seeds of every trained ablation arm with the setting (`ablations.seeds`)."""
-    from rtpo.dag import Dag
+    """label (of `training_cells`) -> the runs the DAG trains with that setting."""
+    return {label: n for label, (_, _, _, n) in _trained_settings(cfg).items()}
 
-    arms: dict[tuple, int] = {}
-    for c in Dag(cfg).trained_cells():
-        arms[(c.method, c.task, c.sets)] = arms.get((c.method, c.task, c.sets), 0) + len(c.seeds)
-    return {label: arms.get((m, t, sets), 0) if ":" in label else len(cfg["seeds"])
-            for label, m, t, sets in training_cells(cfg)}
+
+def _trained_settings(cfg: Mapping[str, Any]) -> dict[str, tuple[str, str, tuple, int]]:
+    """label -> (method, task, sets, runs) of each distinct training setting, in the experiment's order."""
+    from rtpo.experiment import MAIN, SWEEP, Experiment
+
+    out: dict[tuple, list] = {}
+    for r in Experiment(cfg).runs:
+        if r.scope == SWEEP or r.copy_of is not None or not r.trains:
+            continue
+        setting = (r.method, r.task, r.sets)
+        if setting not in out:
+            label = f"{r.method}/{r.task}" if r.scope == MAIN else f"{r.scope}/{r.variant}: {r.method}/{r.task}"
+            out[setting] = [label, 0]
+        out[setting][1] += 1
+    return {label: (m, t, sets, n) for (m, t, sets), (label, n) in out.items()}
 
 
 def untrained_runs(cfg: Mapping[str, Any]) -> int:
     """Runs of the main grid that train nothing (train.steps 0: vanilla), each a final/ copy of the base model."""
-    from rtpo.config import method_settings
+    from rtpo.experiment import MAIN, Experiment
 
-    return sum(len(cfg["seeds"]) for task in cfg["tasks"] for method in cfg["methods"]
-               if int(method_settings(cfg, method, task)["train"]["steps"]) == 0)
+    return sum(1 for r in Experiment(cfg).select(MAIN) if not r.trains)
 
 
 def _with_sets(cfg: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
@@ -463,7 +458,7 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
                    "est. GiB/GPU": round(mem.total, 1), "rollout": rollout, "mode": mode,
                    "keep": rollout.endswith("_keep"), "ref": bool(ov["actor_rollout_ref.actor.use_kl_loss"]),
                    "entropy grad": kind, "context bound": context_bound(method, P, R)}
-    # shared-filesystem disk and the step time (issue 37.5)
+    # shared-filesystem disk and the step time
     cell.disk, cell.time = checkpoint_disk(shape, ov), run_time(c, method, task, ov, R, n)
     cell.values.update({"ckpt GB": round(cell.disk.checkpoint / GB, 1), "ckpt keep": cell.disk.keep,
                         "GB/run": round(cell.disk.run / GB, 1), "tok/step M": round(cell.time.step_tokens / 1e6, 2),
@@ -472,7 +467,7 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
 
 
 def context_bound(method: str, P: int, R: int) -> str:
-    """What ends a trajectory of `method` for its context length (issue 37.1), as the rollout applies it:
+    """What ends a trajectory of `method` for its context length, as the rollout applies it:
     turn rows (RTPO: (c_k, turn k)) bound the context c_k by the prompt slot P and each turn by R, the
     full history is never a row; flat rows (the baselines) hold the whole episode, bounded by P + R.
     (the methods' cards, rtpo.methods.cards, not the registry: the check runs in `snakemake -n`, without torch.)"""
@@ -625,7 +620,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
                         f"(train.checkpoint_every {f.checkpoint_every}), past the time limit: a resubmitted job "
                         "would restart from the same checkpoint every time")
             warnings.append(Finding(rule, f"{key}.runtime", "runtime estimate", msg))
-    from rtpo.grid import STUDIES
+    from rtpo.experiment import STUDIES
 
     eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
     for rule in eval_rules:

@@ -42,7 +42,7 @@ from verl.workers.utils.padding import response_to_nested
 from rtpo.engine.base import SamplingParams, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
 from rtpo.loss import kl_rollout_train
-from rtpo.methods.cards import needs_keep_weights
+from rtpo.methods.cards import card, needs_keep_weights
 from rtpo.rollout import Roller
 from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import make_env_factory, rtpo_settings, task_from_row
@@ -231,9 +231,9 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         self.method_name = str(self.rtpo.get("method"))
         self.method_cls = get_method(self.method_name)
         self.method_cfg = dict(self.rtpo.get("method_cfg", {}) or {})
-        if self.method_name == "vanilla":
-            raise ValueError("rtpo_engine_sync: vanilla trains nothing; `rtpo train --engine verl` writes its final/ "
-                             "and summary.json without running verl")
+        if not card(self.method_name).trains:
+            raise ValueError(f"rtpo_engine_sync: {self.method_name} trains nothing; `rtpo train --engine verl` writes "
+                             "its final/ and summary.json without running verl")
         rollout = str(config.actor_rollout_ref.rollout.name)
         self.keeps_weights = rollout_keeps_weights(rollout)
         if needs_keep_weights(self.method_name, self.method_cfg) and not self.keeps_weights:   # the method's card
@@ -376,12 +376,6 @@ class LazyAgentLoopManager:
 
             self._manager = AgentLoopManagerTQ.create(**self._kwargs)
         return getattr(self._manager, name)
-
-
-def _td(d: dict[str, Any], n: int):
-    from tensordict import TensorDict
-
-    return TensorDict(d, batch_size=n)
 
 
 __all__ = ["RTPOChainTrainer", "RTPOEngineTrainer", "RTPOTrainerMixin", "LazyAgentLoopManager", "column",

@@ -15,7 +15,7 @@ shows a job sbatch ran (`scontrol [-o] show job <id>`: JobId, JobState, NodeList
 srun checks its options against the job's allocation as real srun does, then runs the command
 (every "node" is this machine); see "Allocations and job steps" below.
 
-Allocations and job steps (issue 37). Every fake node has FAKE_SLURM_GPUS_PER_NODE GPUs (default 8).
+Allocations and job steps. Every fake node has FAKE_SLURM_GPUS_PER_NODE GPUs (default 8).
 sbatch allocates -N/--nodes nodes (default 1), named FAKE_SLURM_NODE_PREFIX01.. (default "fakenode"),
 and GPUs per node from --gpus=[type:]N (the job's total, split evenly), --gpus-per-node=[type:]N or
 --gres=gpu[:type]:N (per node); more per node than a node has is refused as sbatch refuses it
@@ -52,7 +52,7 @@ test; a test may also write $FAKE_SLURM_DIR/jobs/<id>.json as {"name": "", "stat
 A job runs in its own session; when its script exits, what is left of it is killed, as Slurm ends
 a job's processes with the job.
 
-Time limits / preemption (issue 20): with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
+Time limits / preemption: with FAKE_SLURM_KILL_MATCH set, the first job whose --comment
 contains it is killed as Slurm kills a job at its time limit: once FAKE_SLURM_KILL_WHEN
 ("<file>:<text>", the file relative to the job's directory) holds the text, SIGTERM to every process
 of the job, SIGKILL to what is left FAKE_SLURM_KILL_WAIT seconds later (KillWait, default 30) --

@@ -1,17 +1,17 @@
 """Ablations (config `ablations`) and the theory checks.
 
-Studies (rtpo.dag.ablation_cells):
+Studies (rtpo.experiment.ablation_cells):
   group_size         RTPO with G in values on ablations.group_size.task       paper G.2, Tables 10-11
   sync               RTPO weight sync per_stage | interval:N | kl:tau          paper G.6
   continuation       RTPO on- versus off-policy continuation                   paper F.3, Tables 3 and 6
   credit_assignment  the listed methods (RTPO-CA and baselines) under psi=full paper §4.3, Table 2
   airline            every method on airline (main-grid runs)                  paper G.1, Tables 7-9
 Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
-.../<method>/eval_seed<seed>.json (rtpo.grid). Every arm runs `ablations.seeds`: one identical to the main
+.../<method>/eval_seed<seed>.json (rtpo.experiment). Every arm runs `ablations.seeds`: one identical to the main
 grid's configuration copies the main runs of those seeds (ablation_reuse_*; the ledger adds the main
 grid's other seeds); the others train and evaluate with `--set` overrides, `seeds_per_job` seeds per job (as the main runs: rtpo.dag.SeedJob). The {cell}
 wildcard is a trained arm's key below results/ablations/; {run} / {evalrun} are a copied arm's key
-plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed by rtpo.dag (common.smk).
+plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed by rtpo.experiment (common.smk).
 """
 
 
@@ -33,6 +33,7 @@ for _job in PIPELINE.seed_jobs("ablation_train", PIPELINE.ablation_seeds):
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
             sets=lambda wildcards: set_args(cell_of(wildcards).sets),
+            key=lambda wildcards: dag.key_args(cell_of(wildcards).study, cell_of(wildcards).variant),
             settings=lambda wildcards: fingerprint(run_settings(cell_of(wildcards).method, cell_of(wildcards).task,
                                                                 cell_of(wildcards).sets)),
             stamp=lambda wildcards: stamp(fingerprint(train_settings(cell_of(wildcards).method, cell_of(wildcards).task,
@@ -89,6 +90,8 @@ for _job in PIPELINE.seed_jobs("ablation_evaluate", PIPELINE.ablation_seeds):
 
 
 rule ablation_reuse_run:
+    # the main run's records and summary, and its run.json under the arm's key with copy_of the main run's
+    # (rtpo.run_record.copy_run): the report reads that the arm is a copy from the run itself
     input:
         summary=lambda wildcards: f"{run_dir(*REUSED[wildcards.run])}/summary.json",
     output:
@@ -97,17 +100,15 @@ rule ablation_reuse_run:
         run=REUSED_RUNS,
     log:
         "results/logs/ablations/{run}/reuse.log",
-    conda:
-        CONDA_ENV
-    shell:
-        """
-        src=$(dirname {input.summary}); out=$(dirname {output.summary})
-        mkdir -p "$out"
-        if [ -f "$src/metrics.jsonl" ]; then cp "$src/metrics.jsonl" "$out/metrics.jsonl"; fi
-        echo "$src" > "$out/reused_from.txt"
-        cp {input.summary} {output.summary}
-        echo "copied $src (identical settings) to $out" > {log}
-        """
+    run:
+        from rtpo.run_record import copy_run
+
+        cell, (_, _, seed) = cell_of(wildcards), REUSED[wildcards.run]
+        key = {"scope": cell.study, "variant": cell.variant, "task": cell.task, "method": cell.method, "seed": seed}
+        src = os.path.dirname(input.summary)
+        copy_run(src, os.path.dirname(output.summary), key)
+        with open(log[0], "w") as f:
+            f.write(f"copied {src} (identical settings) to {os.path.dirname(output.summary)}\n")
 
 
 rule ablation_reuse_eval:

@@ -1,6 +1,7 @@
-"""What the rules share. The DAG's Python -- the grid, the ablation cells, the settings fingerprints,
-the target lists, the training shell -- is the package module `rtpo.dag` (unit tests:
-tests/test_dag.py); this file binds it to Snakemake:
+"""What the rules share. The experiment's runs (rtpo.experiment) and the DAG's Python over them -- the seed
+groups, the settings fingerprints, the target lists, the training shell -- are the package modules
+`rtpo.experiment` and `rtpo.dag` (unit tests: tests/test_grid.py, tests/test_dag.py); this file binds them to
+Snakemake:
 
   1. config validation (rtpo/config.schema.yaml, the package's schema) and the checks a schema cannot
      express (rtpo.dag.cross_reference_errors), then `PIPELINE = rtpo.dag.Dag(config)`;
@@ -19,7 +20,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from rtpo import dag, grid
+from rtpo import dag, experiment
 from rtpo.config import SCHEMA, ConfigError
 
 
@@ -72,7 +73,7 @@ except ConfigError as e:
 # 2. GPUs under a Slurm profile
 # ---------------------------------------------------------------------------------------------
 def check_slurm_gpu_resources(cfg):
-    """Refuse to submit GPU jobs without a GPU (issue 20).
+    """Refuse to submit GPU jobs without a GPU.
 
     Snakemake turns a profile's `set-resources` into a default of the --set-resources argument, so a
     --set-resources on the command line replaces the profile's whole section (snakemake/cli.py,
@@ -189,13 +190,14 @@ CONDA_ENV = "../../environment.yml"
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. The names the rules use (rtpo.dag documents each)
+# 5. The names the rules use (rtpo.experiment and rtpo.dag document each)
 # ---------------------------------------------------------------------------------------------
 TASKS, THREADS, BASE_THREADS, ABLATIONS, TRAINABLE = PIPELINE.tasks, PIPELINE.threads, PIPELINE.base_threads, PIPELINE.ablations, PIPELINE.trainable
-fingerprint, stamp, set_args, run_dir, eval_file, data_file = (dag.fingerprint, dag.stamp, dag.set_args, dag.run_dir,
-                                                               dag.eval_file, dag.data_file)
+fingerprint, stamp, set_args = experiment.fingerprint, experiment.stamp, dag.set_args
+run_dir, eval_file, data_file = experiment.run_dir, experiment.eval_file, experiment.data_file
 TRAIN_SHELL = dag.TRAIN_SHELL
-TABLE_NAMES = grid.TABLE_NAMES   # the paper's tables, each a target of its own (rules/report.smk)
+TABLE_NAMES = experiment.TABLE_NAMES   # the paper's tables, each a target of its own (rules/report.smk)
+table_targets = PIPELINE.table_targets   # what each reads: its runs (rtpo.experiment.TABLE_RUNS)
 run_settings, train_settings, eval_settings = PIPELINE.run_settings, PIPELINE.train_settings, PIPELINE.eval_settings
 tokenizer_settings, base_model_settings, prepare_settings = (PIPELINE.tokenizer_settings, PIPELINE.base_model_settings,
                                                              PIPELINE.prepare_settings)

@@ -1,10 +1,10 @@
-"""The mechanism sweep (config `sweep`; target `sweep`, outside `all`; issue 36.4; rtpo.dag.sweep_cells).
+"""The mechanism sweep (config `sweep`; target `sweep`, outside `all`; rtpo.experiment.sweep_cells).
 
 The paper's central mechanism: flat training under a rollout context psi != full degrades with the
 number of turns and the size of the mismatch; RTPO's turn rows do not. The sweep varies both: search
 questions of exactly K hops (K in sweep.hops: K searches then the answer) x psi in sweep.psi x
 sweep.methods (RTPO, GRPO and GRPO-TIS, verl's token-level truncated importance sampling), sweep.seeds
-each. A flat method's chains follow RTPO's E.3 budget at that K (rtpo.dag.sweep_budget).
+each. A flat method's chains follow RTPO's E.3 budget at that K (rtpo.experiment.sweep_budget).
 
   sweep_data         results/sweep/data/h<K>/{train,eval,experts}.jsonl  (rtpo data, K-hop questions)
   sweep_base_model   results/sweep/models/base  (rtpo sweep-base: the base model's warm start continued
@@ -30,7 +30,7 @@ if PIPELINE.sweep:
             hops=SWEEP_HOPS,
         params:
             settings=lambda wildcards: fingerprint(PIPELINE.sweep_data_settings(int(wildcards.hops))),
-            sets=lambda wildcards: set_args(dag.sweep_data_sets(config, int(wildcards.hops))),
+            sets=lambda wildcards: set_args(experiment.sweep_data_sets(config, int(wildcards.hops))),
             config=config_path,
         log:
             "results/logs/sweep/data/h{hops}.log",
@@ -43,12 +43,12 @@ if PIPELINE.sweep:
     rule sweep_base_model:
         input:
             model="results/models/base",
-            experts=[f"{dag.sweep_data_dir(k)}/experts.jsonl" for k in PIPELINE.sweep_hops()],
+            experts=[f"{experiment.sweep_data_dir(k)}/experts.jsonl" for k in PIPELINE.sweep_hops()],
         output:
-            directory(dag.SWEEP_BASE),
+            directory(experiment.SWEEP_BASE),
         params:
             settings=fingerprint(PIPELINE.sweep_base_settings()),
-            sets=set_args(dag.sweep_model_sets(config)),
+            sets=set_args(experiment.sweep_model_sets(config)),
             config=config_path,
         log:
             "results/logs/sweep/base_model.log",
@@ -66,8 +66,8 @@ if PIPELINE.sweep:
             name:
                 _job.rule
             input:
-                train=lambda wildcards: f"{dag.sweep_data_dir(sweep_of(wildcards).hops)}/train.jsonl",
-                model=dag.SWEEP_BASE,
+                train=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/train.jsonl",
+                model=experiment.SWEEP_BASE,
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -77,6 +77,7 @@ if PIPELINE.sweep:
                 method=lambda wildcards: sweep_of(wildcards).method,
                 task="search",
                 sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
+                key=lambda wildcards: dag.key_args("sweep", sweep_of(wildcards).variant),
                 settings=lambda wildcards: fingerprint(PIPELINE.sweep_run_settings(sweep_of(wildcards))),
                 stamp=lambda wildcards: PIPELINE.sweep_train_stamp(sweep_of(wildcards)),
                 config=config_path,
@@ -99,7 +100,7 @@ if PIPELINE.sweep:
                 _job.rule
             input:
                 model=_job.paths("results/sweep/{scell}/seed{seed}/final"),
-                eval=lambda wildcards: f"{dag.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
+                eval=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
             output:
                 result=_job.paths("results/sweep/{scell}/eval_seed{seed}.json"),
             wildcard_constraints:

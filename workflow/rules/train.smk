@@ -1,7 +1,7 @@
 """Training: rule train_<method> (`--forcerun train_rtpo`), one job per (task, method) and seed group.
 
-Writes results/runs/<task>/<method>/seed<seed>/: metrics.jsonl, checkpoint/ (for resuming), final/
-(HF model directory) and summary.json (written last). Declared outputs are summary.json and final/;
+Writes results/runs/<task>/<method>/seed<seed>/: metrics.jsonl, run.json (what the run is: rtpo.run_record),
+checkpoint/ (for resuming), final/ (HF model directory) and summary.json (written last). Declared outputs are summary.json and final/;
 deleting either reruns that cell's job and what depends on it. `seeds_per_job` (config) seeds train
 in one job, one after the other in one process (rtpo train --seed S1 S2 ...; rtpo.dag.SeedJob): one
 rule per seed group (train_<method> when one group holds every seed, train_<method>_seeds0to4 ...
@@ -28,6 +28,7 @@ for _method in TRAINABLE:
                 method=_method,
                 task=lambda wildcards: wildcards.task,
                 sets="",
+                key=dag.key_args("main"),
                 settings=_settings,
                 stamp=_stamp,
                 config=config_path,

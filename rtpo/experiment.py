@@ -1,0 +1,610 @@
+"""The experiment a config asks for, as one list of runs: which runs exist, where each one's files live,
+what it trains with and whether it is a copy of another. Torch-free and Snakemake-free: the DAG
+(rtpo.dag, workflow/rules/*.smk), the start-up check (rtpo.verl_ext.startup), the report
+(rtpo.report.load, rtpo.report.sweep) and the paper's table targets all iterate `Experiment(cfg).runs`;
+nothing else enumerates runs or names variants.
+
+A run is keyed by (scope, variant, task, method, seed): scope "main" for the main grid, the study's name
+for an ablation arm, "sweep" for a cell of the mechanism sweep (variant "h<K>/psi-<psi>"). Each `Run`
+carries its `--set` overrides, its effective settings (rtpo.config.method_settings after those sets,
+computed once here), the stamp of its settings and inputs (the checkpoint guard, rtpo.checkpoints), the
+seeds trained in the same job as it (its seed group) and the run it copies (`copy_of`; None: trained).
+`rtpo train` writes the key, the settings and copy_of into the run's run.json, which the report reads.
+
+Layout, under a results root (`root`, "results" for the DAG; the report takes any):
+
+    runs/{task}/{method}/seed{S}/                                    a main run (metrics.jsonl, run.json, summary.json, final/)
+    eval/{task}/{method}/seed{S}.json                                its evaluation
+    ablations/{study}/{variant}/{task}/{method}/seed{S}/             an ablation arm's run
+    ablations/{study}/{variant}/{task}/{method}/eval_seed{S}.json    its evaluation
+    sweep/h{K}/psi-{psi}/{method}/seed{S}/, .../eval_seed{S}.json    a cell of the mechanism sweep
+    data/{task}/{split}.jsonl                                        a task's data
+
+Variant names (`study_variant`): group_size 3 -> "G3"; sync "interval:2" -> "interval-2", "kl:0.01" ->
+"kl-0.01"; continuation "on_policy" -> "on_policy"; credit_assignment's psi "full" -> "psi-full"
+("truncate:4" -> "psi-truncate-4").
+
+Every ablation arm runs `ablations.seeds`; an arm whose effective settings are the main grid's copies the
+main runs of those seeds instead of training (its runs' `copy_of`), and the ledger adds the main grid's
+other seeds to it. The airline study (paper G.1) is main-grid runs on airline at the ablation seeds.
+
+Settings fingerprints (the DAG's params rerun trigger): each job's `settings` param is the canonical JSON of
+exactly the config sections that job reads, from the same functions the job calls
+(`rtpo.config.data_settings`, `rtpo.config.method_settings`), so a key the job starts to read is
+fingerprinted too.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtpo.config import data_settings, method_settings, set_path
+from rtpo.methods.cards import card
+
+MAIN = "main"          # the scope of the main grid's runs (an ablation run's scope is its study)
+SWEEP = "sweep"        # the scope of the mechanism sweep's runs
+RESULTS = "results"    # the DAG's results root
+
+# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO
+STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
+RTPO_STUDIES = ("group_size", "sync", "continuation")
+TASK_KINDS = ("math", "search", "airline")
+
+# the paper's tables by name (rtpo.report.tables.TABLES, in its order), each a Snakemake target of its own
+# (workflow/rules/report.smk) that writes results/tables/<name>.{csv,md,tex} (`rtpo report tables --only`),
+# with the runs it reads: "main" (the main grid) or a study's name (its arms, and the main runs the arms
+# copy or add seeds from)
+TABLE_RUNS = {
+    "table01_main": MAIN, "table01_vs_vanilla": MAIN, "table01_gains": MAIN, "table_learning": MAIN,
+    "table_budget": MAIN, "table02_credit_assignment": "credit_assignment", "table03_continuation": "continuation",
+    "table06_continuation_detail": "continuation", "table07_airline_online": MAIN, "table08_airline_eval": MAIN,
+    "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
+    "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
+    "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
+}
+TABLE_NAMES = tuple(TABLE_RUNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and names
+# ---------------------------------------------------------------------------------------------
+def variant_name(value: Any) -> str:
+    """A path-safe name of a config value: 'interval:2' -> 'interval-2', 'kl:0.01' -> 'kl-0.01'."""
+    return str(value).replace(":", "-")
+
+
+def study_variant(study: str, value: Any) -> str:
+    """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full."""
+    if study == "group_size":
+        return f"G{int(value)}"
+    if study == "credit_assignment":
+        return f"psi-{variant_name(value)}"
+    return variant_name(value)
+
+
+def run_dir(task: str, method: str, seed: int, scope: str = MAIN, variant: str = "", root: str = RESULTS) -> str:
+    """The run directory of one seed of a main run, an ablation arm (scope = its study) or a sweep cell."""
+    if scope == MAIN:
+        return f"{root}/runs/{task}/{method}/seed{seed}"
+    if scope == SWEEP:
+        return f"{root}/sweep/{variant}/{method}/seed{seed}"
+    return f"{root}/ablations/{scope}/{variant}/{task}/{method}/seed{seed}"
+
+
+def eval_file(task: str, method: str, seed: int, scope: str = MAIN, variant: str = "", root: str = RESULTS) -> str:
+    """The evaluation JSON of one seed of a main run, an ablation arm or a sweep cell."""
+    if scope == MAIN:
+        return f"{root}/eval/{task}/{method}/seed{seed}.json"
+    if scope == SWEEP:
+        return f"{root}/sweep/{variant}/{method}/eval_seed{seed}.json"
+    return f"{root}/ablations/{scope}/{variant}/{task}/{method}/eval_seed{seed}.json"
+
+
+def data_file(task: str, split: str, root: str = RESULTS) -> str:
+    return f"{root}/data/{task}/{split}.jsonl"
+
+
+def fingerprint(obj: Any) -> str:
+    """Canonical JSON: the same settings give the same string whatever the key order."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def stamp(settings_json: str) -> str:
+    """The checkpoint stamp of a training job (16 hex digits of the sha256 of its settings JSON)."""
+    return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Ablation arms and sweep cells: a run's setting, over its seeds
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AblationCell:
+    """One ablation arm (study, variant) of one method, over its seeds.
+
+    `value` is the config value the variant stands for (3 for G3, "kl:0.01", the psi of credit
+    assignment); `sets` are the `--set key=value` overrides that make it."""
+
+    study: str
+    variant: str
+    task: str
+    method: str
+    seeds: tuple[int, ...]
+    sets: tuple
+    value: Any = None
+
+    @property
+    def key(self) -> str:  # the {cell} wildcard: results/ablations/{cell}/seed<S>/
+        return f"{self.study}/{self.variant}/{self.task}/{self.method}"
+
+    def run_key(self, seed: int) -> str:  # the {run} wildcard of the copy rules: results/ablations/{run}/
+        return f"{self.key}/seed{seed}"
+
+    def eval_key(self, seed: int) -> str:  # the {evalrun} wildcard: results/ablations/{evalrun}.json
+        return f"{self.key}/eval_seed{seed}"
+
+    def run_dir(self, seed: int, root: str = RESULTS) -> str:
+        return run_dir(self.task, self.method, seed, self.study, self.variant, root)
+
+    def eval_file(self, seed: int, root: str = RESULTS) -> str:
+        return eval_file(self.task, self.method, seed, self.study, self.variant, root)
+
+
+def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = None) -> list[AblationCell]:
+    """Every ablation arm of config `ablations`, in study order, over `seeds` (default: ablations.seeds).
+    The first three studies vary RTPO; credit assignment trains its `methods` (default RTPO) under `psi`."""
+    cells = []
+    seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
+
+    def add(study, task, methods, values, key):
+        for v in values:
+            for m in methods:
+                cells.append(AblationCell(study, study_variant(study, v), task, m, seeds,
+                                          (f"method.{m}.{key}={v}",), v))
+
+    for study in RTPO_STUDIES:
+        if study in ablations:
+            a = ablations[study]
+            add(study, a["task"], ["rtpo"], a["values"], study)
+    if "credit_assignment" in ablations:
+        a = ablations["credit_assignment"]
+        add("credit_assignment", a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
+    return cells
+
+
+SWEEP_BASE = f"{RESULTS}/sweep/models/base"
+
+
+def sweep_data_dir(hops: int) -> str:
+    return f"{RESULTS}/sweep/data/h{hops}"
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    """One cell of the mechanism sweep: `method` under rollout context map `psi` on search questions of
+    exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
+    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides."""
+
+    hops: int
+    psi: str
+    method: str
+    seeds: tuple[int, ...]
+    sets: tuple
+
+    @property
+    def variant(self) -> str:  # a sweep run's variant: h<K>/psi-<psi>
+        return f"h{self.hops}/psi-{variant_name(self.psi)}"
+
+    @property
+    def key(self) -> str:  # the {scell} wildcard
+        return f"{self.variant}/{self.method}"
+
+    def run_dir(self, seed: int, root: str = RESULTS) -> str:
+        return run_dir("search", self.method, seed, SWEEP, self.variant, root)
+
+    def eval_file(self, seed: int, root: str = RESULTS) -> str:
+        return eval_file("search", self.method, seed, SWEEP, self.variant, root)
+
+
+def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
+    """The `--set` overrides of the sweep's data at horizon K = hops: K-hop search questions, the
+    sweep's split sizes and demonstrations, max_turns = K + extra_turns."""
+    sw = cfg["sweep"]
+    n_train = int(sw.get("n_train", 400))
+    return [f"data.search.hops={hops}", f"data.search.n_train={n_train}",
+            f"data.search.n_eval={int(sw.get('n_eval', 60))}",
+            f"sft.demos_per_task={min(int(sw.get('demos_per_hops', 300)), n_train)}",
+            f"env.search.max_turns={hops + int(sw.get('extra_turns', 2))}"]
+
+
+def sweep_model_sets(cfg: Mapping[str, Any]) -> list[str]:
+    """The `--set` override of every sweep job's model section: the sweep base model's position limit
+    (sweep.max_position), so that the model settings it records match the runs' config
+    (rtpo.assembly.check_model_fits). Only the embedded model has one."""
+    if cfg["model"]["source"] != "tiny":
+        return []
+    return [f"model.tiny.max_position={int(cfg['sweep'].get('max_position', 2048))}"]
+
+
+def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
+    """Complete trajectories per prompt of RTPO at horizon K in E.3's count, T (1 + (G - 1) L), with
+    L = K + 1 trunk turns (K searches and the answer): the chains of a flat method in the same cell,
+    so budgets stay matched as K grows (one fixed chain count would favour RTPO more, the longer K)."""
+    c = card("rtpo")
+    return c.trajectories(c.options(method_settings(dict(cfg), "rtpo", "search")["method"]), hops + 1)
+
+
+def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
+    """Every cell of config `sweep`, K-major, then psi, then method ([] without a sweep section). A flat
+    method whose card names its chain option (`budget_key`) gets RTPO's budget at that K."""
+    sw = cfg.get("sweep")
+    if not sw:
+        return []
+    seeds = tuple(int(s) for s in sw["seeds"])
+    train = [f"train.{k}={json.dumps(v)}" for k, v in sorted((sw.get("train") or {}).items())]
+    cells = []
+    for k in sw["hops"]:
+        turns = sweep_data_sets(cfg, k)[-1]
+        for psi in sw["psi"]:
+            for m in sw["methods"]:
+                sets = [*sweep_model_sets(cfg), turns, f"method.{m}.psi={psi}", *train]
+                if card(m).budget_key:
+                    sets.append(f"method.{m}.per_task.search.{card(m).budget_key}={sweep_budget(cfg, k)}")
+                cells.append(SweepCell(int(k), str(psi), m, seeds, tuple(sets)))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed groups
+# ---------------------------------------------------------------------------------------------
+def seed_groups(seeds: Iterable[int], per_job: int) -> list[tuple[int, ...]]:
+    """`seeds` in jobs of at most `per_job`, in order."""
+    seeds = [int(s) for s in seeds]
+    return [tuple(seeds[i:i + per_job]) for i in range(0, len(seeds), per_job)]
+
+
+def group_label(seeds: tuple[int, ...]) -> str:
+    """A file-name label of a seed group: seed3, seeds0-9 (consecutive), seeds0_2_7."""
+    if len(seeds) == 1:
+        return f"seed{seeds[0]}"
+    if list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds{seeds[0]}-{seeds[-1]}"
+    return "seeds" + "_".join(str(s) for s in seeds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunKey:
+    """One (scope, variant, task, method, seed) run of the experiment."""
+
+    scope: str
+    variant: str
+    task: str
+    method: str
+    seed: int
+
+    def run_dir(self, root: str = RESULTS) -> str:
+        return run_dir(self.task, self.method, self.seed, self.scope, self.variant, root)
+
+    def eval_file(self, root: str = RESULTS) -> str:
+        return eval_file(self.task, self.method, self.seed, self.scope, self.variant, root)
+
+    def task_method_seed(self) -> tuple[str, str, int]:
+        return self.task, self.method, self.seed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "variant": self.variant, "task": self.task, "method": self.method,
+                "seed": self.seed}
+
+    @classmethod
+    def of(cls, d: Mapping[str, Any]) -> "RunKey":
+        return cls(str(d["scope"]), str(d["variant"]), str(d["task"]), str(d["method"]), int(d["seed"]))
+
+    def __str__(self) -> str:
+        return "/".join(str(v) for v in (self.scope, self.variant or "-", self.task, self.method, f"seed{self.seed}"))
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One run of the experiment: its key, `--set` overrides, the seeds of its training job, and the run it
+    copies (None: it trains); `value` is an ablation variant's config value. Its effective settings (what
+    `rtpo train` trains with) and the stamp of those settings and its inputs are computed on first use,
+    once per setting (`Experiment.run_settings`), so that listing runs needs only the grid's keys."""
+
+    key: RunKey
+    sets: tuple[str, ...]
+    seed_group: tuple[int, ...]
+    value: Any = None
+    experiment: "Experiment | None" = field(default=None, repr=False)
+
+    @property
+    def copy_of(self) -> RunKey | None:
+        """The main run this ablation arm's run copies (same settings, same seed), None when it trains."""
+        if self.scope in (MAIN, SWEEP):
+            return None
+        src = self.experiment.copies[f"{self.scope}/{self.variant}/{self.task}/{self.method}"]
+        return None if src is None else RunKey(MAIN, "", src[0], src[1], self.seed)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The effective settings: rtpo.config.method_settings after `sets`, plus engine and verl."""
+        if self.scope == SWEEP:
+            return self.experiment.sweep_run_settings(self.experiment.sweep_cell(self.key))
+        return self.experiment.run_settings(self.method, self.task, self.sets)
+
+    @property
+    def stamp(self) -> str:
+        """The checkpoint stamp: the settings and those of every input (data, base model)."""
+        if self.scope == SWEEP:
+            return self.experiment.sweep_train_stamp(self.experiment.sweep_cell(self.key))
+        return self.experiment.train_stamp(self.method, self.task, self.sets)
+
+    @property
+    def eval_settings(self) -> dict[str, Any]:
+        if self.scope == SWEEP:
+            return self.experiment.sweep_eval_settings(self.experiment.sweep_cell(self.key))
+        return self.experiment.eval_settings(self.method, self.task, self.sets)
+
+    scope = property(lambda self: self.key.scope)
+    variant = property(lambda self: self.key.variant)
+    task = property(lambda self: self.key.task)
+    method = property(lambda self: self.key.method)
+    seed = property(lambda self: self.key.seed)
+
+    def run_dir(self, root: str = RESULTS) -> str:
+        return self.key.run_dir(root)
+
+    def eval_file(self, root: str = RESULTS) -> str:
+        return self.key.eval_file(root)
+
+    @property
+    def steps(self) -> int:
+        """The training steps the run takes (0: evaluated as is, e.g. vanilla)."""
+        return int(self.settings["train"]["steps"])
+
+    @property
+    def trains(self) -> bool:
+        """Whether the run trains (its card's `trains` and steps > 0) rather than copying its base model."""
+        return card(self.method).trains and self.steps > 0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant of a study: its directory name and the config value it stands for."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Study:
+    """An ablation study as the report reads it: its task, methods and variants (in config order)."""
+
+    name: str
+    task: str
+    methods: tuple[str, ...]
+    variants: tuple[Variant, ...]
+
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]
+
+    def variant_of(self, value: Any) -> str | None:
+        """The name of the variant that stands for config value `value` (None if it is not one)."""
+        for v in self.variants:
+            if v.value == value or (self.name == "group_size" and value is not None and float(v.value) == float(value)):
+                return v.name
+        return None
+
+
+def studies_of(cells: Iterable[AblationCell]) -> dict[str, Study]:
+    """The studies of a list of ablation arms, in their order."""
+    out: dict[str, Study] = {}
+    for c in cells:
+        st = out.get(c.study) or Study(c.study, c.task, (), ())
+        methods = st.methods if c.method in st.methods else st.methods + (c.method,)
+        variants = st.variants if c.variant in st.variant_names() else st.variants + (Variant(c.variant, c.value),)
+        out[c.study] = Study(c.study, c.task, methods, variants)
+    return out
+
+
+class Experiment:
+    """Every run of one validated config (schema defaults filled in): `runs`, in order main grid
+    (task-major), the airline study's runs the main grid lacks, every seed of every ablation arm, every
+    seed of every sweep cell; plus the settings of every job upstream of them (data, base model)."""
+
+    def __init__(self, cfg: Mapping[str, Any]) -> None:
+        self.cfg = cfg
+        self.tasks = list(cfg.get("tasks", []))
+        self.methods = list(cfg.get("methods", []))
+        self.seeds = [int(s) for s in cfg.get("seeds", [0])]
+        self.seeds_per_job = int(cfg.get("seeds_per_job", 1))
+        self.ablations = cfg.get("ablations") or {}
+        self.ablation_seeds = [int(s) for s in self.ablations.get("seeds", self.seeds)]
+        self.sweep_seeds = [int(s) for s in (cfg.get("sweep") or {}).get("seeds", [])]
+        self._settings: dict[tuple, dict[str, Any]] = {}
+        self._stamps: dict[tuple, str] = {}
+        self.arms: list[AblationCell] = ablation_cells(self.ablations, self.ablation_seeds)
+        self.sweep: list[SweepCell] = sweep_cells(cfg)
+        self.sweep_by_key = {c.key: c for c in self.sweep}
+        self.studies: dict[str, Study] = studies_of(self.arms)
+        self.runs: list[Run] = self._runs()
+        self.by_key: dict[RunKey, Run] = {r.key: r for r in self.runs}
+
+    # ------------------------------------------------------------------ the main grid
+    def main_cells(self) -> list[tuple[str, str, int]]:
+        """(task, method, seed) of every main-grid run: tasks x methods x seeds, then the airline study's
+        (every method on airline at the ablation seeds, paper G.1) where the main grid lacks them."""
+        cells = [(t, m, s) for t in self.tasks for m in self.methods for s in self.seeds]
+        if "airline" in self.tasks and self.ablations:
+            have = set(cells)
+            cells += [c for c in (("airline", m, s) for m in self.methods for s in self.ablation_seeds)
+                      if c not in have]
+        return cells
+
+    @functools.cached_property
+    def copies(self) -> dict[str, tuple[str, str] | None]:
+        """{arm key: (task, method) of the main runs it copies, or None} (computed on first use: it needs
+        every arm's effective settings)."""
+        main = set(self.main_cells())
+        return {c.key: self._copies(c, main) for c in self.arms}
+
+    def _copies(self, cell: AblationCell, main: set) -> tuple[str, str] | None:
+        """(task, method) of the main runs this ablation arm copies, or None (it trains).
+
+        An arm copies the main runs when `ablations.reuse_main_runs` is true (the default), the main grid
+        has that (task, method) at every ablation seed, and the arm's overrides change none of its
+        effective settings, e.g. G3 when method.rtpo.group_size is 3: its files of the ablation seeds are
+        then copies of the main runs' (rules ablation_reuse_run / ablation_reuse_eval) instead of a
+        retrain, and the ledger adds the main grid's other seeds (rtpo.report.ledger.with_main_seeds)."""
+        if not self.ablations.get("reuse_main_runs", True):
+            return None
+        if not all((cell.task, cell.method, s) in main for s in cell.seeds):
+            return None
+        if self.run_settings(cell.method, cell.task, cell.sets) != self.run_settings(cell.method, cell.task):
+            return None
+        return cell.task, cell.method
+
+    def _groups(self, seeds: list[int]) -> dict[int, tuple[int, ...]]:
+        per = self.seeds_per_job if self.seeds_per_job > 1 else 1
+        return {s: g for g in seed_groups(seeds, per) for s in g}
+
+    def _runs(self) -> list[Run]:
+        runs = []
+        main_groups, arm_groups = self._groups(self.seeds), self._groups(self.ablation_seeds)
+        for t, m, s in self.main_cells():
+            runs.append(Run(RunKey(MAIN, "", t, m, s), (), main_groups.get(s) or arm_groups[s], experiment=self))
+        for c in self.arms:
+            for s in c.seeds:
+                runs.append(Run(RunKey(c.study, c.variant, c.task, c.method, s), tuple(c.sets), arm_groups[s],
+                                c.value, self))
+        sweep_groups = self._groups(self.sweep_seeds)
+        for c in self.sweep:
+            for s in c.seeds:
+                runs.append(Run(RunKey(SWEEP, c.variant, "search", c.method, s), tuple(c.sets), sweep_groups[s],
+                                c.psi, self))
+        return runs
+
+    # ------------------------------------------------------------------ selections
+    def select(self, scope: str | None = None, task: str | None = None, method: str | None = None) -> list[Run]:
+        return [r for r in self.runs if (scope is None or r.scope == scope) and (task is None or r.task == task)
+                and (method is None or r.method == method)]
+
+    def report_runs(self) -> list[Run]:
+        """The runs the paper's report reads: the main grid and every ablation arm (the sweep has its own)."""
+        return [r for r in self.runs if r.scope != SWEEP]
+
+    def run(self, key: RunKey) -> Run:
+        try:
+            return self.by_key[key]
+        except KeyError:
+            raise KeyError(f"no run {key} in this config") from None
+
+    def table_runs(self, name: str) -> list[Run]:
+        """The runs table `name` reads: the main grid's, or a study's arms plus the main runs of the same
+        (task, method) (the arm that is the main configuration copies them and the ledger adds their other
+        seeds)."""
+        if name not in TABLE_RUNS:
+            raise ValueError(f"unknown table {name!r}; known: {', '.join(TABLE_NAMES)}")
+        scope = TABLE_RUNS[name]
+        if scope == MAIN:
+            return self.select(MAIN)
+        arms = self.select(scope)
+        pairs = {(r.task, r.method) for r in arms}
+        return [r for r in self.select(MAIN) if (r.task, r.method) in pairs] + arms
+
+    # ------------------------------------------------------------------ settings
+    def run_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        """The effective settings of one training run (rtpo.config.method_settings after `sets`), computed
+        once per (method, task, sets); callers get a copy."""
+        key = ("run", method, task, tuple(sets))
+        if key not in self._settings:
+            cfg = self.config_with(sets, "ablation override")
+            self._settings[key] = {"engine": cfg["engine"], "verl": cfg.get("verl"), **method_settings(cfg, method, task)}
+        return copy.deepcopy(self._settings[key])
+
+    def config_with(self, sets: Iterable[str], source: str) -> dict[str, Any]:
+        cfg = copy.deepcopy(dict(self.cfg))
+        for s in sets:
+            set_path(cfg, s, source=source)
+        return cfg
+
+    def data_settings(self, task: str) -> dict[str, Any]:
+        """What `rtpo data --task T` reads of the config (`rtpo.config.data_settings`, which it calls)."""
+        return data_settings(self.cfg, task)
+
+    def base_model_settings(self) -> dict[str, Any]:
+        """What `rtpo base-model` reads (rtpo.sft.build_base_model); threads only change speed."""
+        model = {k: v for k, v in self.cfg["model"].items() if k != "threads"}
+        sft = {k: v for k, v in self.cfg["sft"].items() if k != "threads"}
+        psis = sorted({self.cfg["env"][t]["psi"] for t in self.tasks} | {"full"})
+        out = {"model": model, "sft": sft, "tasks": self.tasks, "psis": psis}
+        if self.cfg["sft"]["epochs"] > 0 and self.cfg["sft"]["demos_per_task"] > 0:
+            out["data"] = [self.data_settings(t) for t in self.tasks]
+        return out
+
+    def train_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        """A training job's settings plus those of everything upstream (data, base model): the input of
+        its checkpoint stamp, which so changes whenever its inputs are rebuilt from other settings.
+        (The job's `settings` param is run_settings alone, which keeps the rerun reasons readable.)"""
+        return {"run": self.run_settings(method, task, sets), "data": self.data_settings(task),
+                "base": self.base_model_settings()}
+
+    def eval_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
+        s = self.run_settings(method, task, sets)
+        return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
+
+    def train_stamp(self, method: str, task: str, sets: Iterable[str] = ()) -> str:
+        key = ("stamp", method, task, tuple(sets))
+        if key not in self._stamps:
+            self._stamps[key] = stamp(fingerprint(self.train_settings(method, task, sets)))
+        return self._stamps[key]
+
+    # ------------------------------------------------------------------ the sweep's settings
+    def sweep_cell(self, key: RunKey) -> SweepCell:
+        return self.sweep_by_key[f"{key.variant}/{key.method}"]
+
+    def sweep_hops(self) -> list[int]:
+        return [int(k) for k in self.cfg["sweep"]["hops"]] if self.sweep else []
+
+    def sweep_data_settings(self, hops: int) -> dict[str, Any]:
+        """What `rtpo data --task search` reads under the sweep's overrides at horizon K."""
+        return data_settings(self.config_with(sweep_data_sets(self.cfg, hops), "sweep override"), "search")
+
+    def sweep_base_settings(self) -> dict[str, Any]:
+        """What `rtpo sweep-base` reads: the base model's settings (its input), the sweep's warm start."""
+        sw = self.cfg["sweep"]
+        keys = ("psi", "demos_per_hops", "sft_epochs", "max_position")
+        return {"base": self.base_model_settings(), "sweep": {k: sw.get(k) for k in keys},
+                "model": self.config_with(sweep_model_sets(self.cfg), "sweep override")["model"],
+                "sft": {k: v for k, v in self.cfg["sft"].items() if k != "threads"},
+                "data": [self.sweep_data_settings(k) for k in self.sweep_hops()]}
+
+    def sweep_run_settings(self, cell: SweepCell) -> dict[str, Any]:
+        key = ("sweep", cell.method, cell.key, tuple(cell.sets))
+        if key not in self._settings:
+            cfg = self.config_with(cell.sets, "sweep override")
+            self._settings[key] = {"engine": cfg["engine"], "verl": cfg.get("verl"),
+                                   **method_settings(cfg, cell.method, "search")}
+        return copy.deepcopy(self._settings[key])
+
+    def sweep_train_stamp(self, cell: SweepCell) -> str:
+        return stamp(fingerprint({"run": self.sweep_run_settings(cell), "data": self.sweep_data_settings(cell.hops),
+                                  "base": self.sweep_base_settings()}))
+
+    def sweep_eval_settings(self, cell: SweepCell) -> dict[str, Any]:
+        s = self.sweep_run_settings(cell)
+        return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
+
+
+__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
+           "variant_name", "study_variant", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
+           "AblationCell", "ablation_cells", "SWEEP_BASE", "sweep_data_dir", "SweepCell", "sweep_data_sets",
+           "sweep_model_sets", "sweep_budget", "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
+           "Study", "studies_of", "Experiment"]

@@ -1,0 +1,105 @@
+"""The report reads what each run says it is (run.json, rtpo.run_record) and refuses what it cannot trust:
+evaluation values out of range, a run with fewer records than its run.json says, a run.json of another run.
+On the synthetic results tree of tests/report_fixture.py (real files, the report's own readers)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rtpo.experiment import Experiment
+from rtpo.report.load import load_results, read_eval_json
+from tests.report_fixture import fixture_config, make_results_tree
+
+
+@pytest.fixture()
+def tree(tmp_path):
+    cfg = fixture_config(seeds=[0, 1], **{"ablations.seeds": [0], "train.steps": 3})
+    return make_results_tree(tmp_path, cfg, theory=False), cfg
+
+
+def _eval_path(res: Path, cfg) -> Path:
+    return Path(Experiment(cfg).select("main", task="math", method="rtpo")[0].eval_file(str(res)))
+
+
+@pytest.mark.parametrize("where,key,value", [("overall", "pass@1", 1.7), ("overall", "pass@1", -0.5),
+                                             ("benchmarks", "pass@1", 1.0001), ("overall", "n", -3),
+                                             ("overall", "truncation_rate", 2.0)])
+def test_out_of_range_evaluation_values_are_refused_naming_file_and_key(tree, where, key, value):
+    res, cfg = tree
+    path = _eval_path(res, cfg)
+    doc = json.loads(path.read_text())
+    if where == "overall":
+        doc["overall"][key] = value
+        name = f"overall.{key}"
+    else:
+        bench = sorted(doc["benchmarks"])[0]
+        doc["benchmarks"][bench][key] = value
+        name = f"benchmarks.{bench}.{key}"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"{path}: {name} is {value:g}, outside \[0, "):
+        read_eval_json(path)
+    with pytest.raises(ValueError, match=str(path)):
+        load_results(res, cfg)
+
+
+def test_in_range_values_and_a_signed_reward_are_read(tree):
+    res, cfg = tree
+    path = _eval_path(res, cfg)
+    doc = json.loads(path.read_text())
+    doc["overall"].update({"pass@1": 1.0, "reward": -0.5, "n": 0})
+    path.write_text(json.dumps(doc))
+    rows = read_eval_json(path)
+    assert next(r for r in rows if r["benchmark"] == "overall")["reward"] == -0.5
+
+
+def test_a_run_with_fewer_records_than_its_run_json_says_is_named(tree):
+    """A metrics.jsonl cut short under a run.json that says every step was completed: the report refused
+    nothing before (it took the remaining steps as the whole run)."""
+    res, cfg = tree
+    run = Path(Experiment(cfg).select("main", task="search", method="grpo")[1].run_dir(str(res)))
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_text("".join(lines[:-1]))
+    with pytest.raises(ValueError, match=rf"{run / 'metrics.jsonl'}: holds {len(lines) - 1} step records, but "
+                                         rf"{run / 'run.json'} says {len(lines)} steps were completed"):
+        load_results(res, cfg)
+    (run / "metrics.jsonl").write_text("".join(lines[:-1]))
+    rec = json.loads((run / "run.json").read_text())
+    rec["steps"] = {"planned": len(lines), "completed": len(lines) - 1}   # a run cut short says so itself
+    (run / "run.json").write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=rf"{run / 'run.json'}: the run completed {len(lines) - 1} of its "
+                                         rf"{len(lines)} steps \(a short run\)"):
+        load_results(res, cfg)
+
+
+def test_a_run_json_of_another_run_is_refused(tree):
+    res, cfg = tree
+    runs = Experiment(cfg).select("main", task="math")
+    a, b = Path(runs[0].run_dir(str(res))), Path(runs[-1].run_dir(str(res)))
+    (a / "run.json").write_text((b / "run.json").read_text())
+    with pytest.raises(ValueError, match=rf"{a / 'run.json'}: field 'key' is .* but the path says"):
+        load_results(res, cfg)
+
+
+def test_the_report_reads_copies_and_settings_from_the_runs(tree):
+    """Whether an arm is the main grid's configuration, and the G the main runs trained with, come from the
+    runs' run.json: editing the config the report is given changes neither."""
+    res, cfg = tree
+    loaded = load_results(res, cfg)
+    exp = Experiment(cfg)
+    copied = {(r.scope, r.variant, r.task, r.method) for r in exp.report_runs() if r.copy_of is not None}
+    assert copied   # the fixture's config has an arm equal to the main grid
+    for scope, variant, task, method in copied:
+        assert loaded.copies_main(scope, variant, task, method)
+    st = loaded.studies["group_size"]
+    g = loaded.main_setting("rtpo", st.task, "group_size")
+    assert g == exp.select("main", task=st.task, method="rtpo")[0].settings["method"]["group_size"]
+    edited = json.loads(json.dumps(cfg))
+    edited["method"]["rtpo"]["group_size"] = 99
+    assert load_results(res, edited).main_setting("rtpo", st.task, "group_size") == g
+    # a run without run.json is listed as missing, not guessed
+    run = Path(exp.select("main", task="math", method="rtpo")[0].run_dir(str(res)))
+    (run / "run.json").unlink()
+    assert str(run / "run.json") in load_results(res, cfg).missing
