@@ -908,8 +908,9 @@ def rules_text() -> list[str]:
         f"- {KIND_STRUCTURAL}: holds by construction of this implementation (the note says why), e.g. RTPO's "
         "rollout–training ratio is 1 because sampling and scoring use the same ids and kernels, and GRPO − RTPO "
         "KL >= 0 because RTPO's is ~0 and k3 >= 0. Its verdict is never 'reproduced'.",
-        f"  An empirical row whose quantity is a training dynamic the paper explains by learning is "
-        f"'{NOT_MEASURABLE}' where the runs' training reward does not rise (table_learning), counted apart.",
+        f"- {NOT_MEASURABLE} (a verdict of empirical rows, counted apart from decided and inconclusive): the "
+        "row's quantity is a training dynamic the paper explains by learning, and the runs' training reward does "
+        "not rise (table_learning).",
         f"- {KIND_IMPLEMENTATION} / {KIND_DERIVATION}: the theory rows, a simulation against its own closed "
         "form / against the paper's own expression.",
         "Verdict rules (the `rule` column and the kind say which applies):",
