@@ -8,6 +8,12 @@ checkpoint every `checkpoint_every` steps. Online success is measured on a fixed
 next step samples with), so that it shows the policy's change rather than each step's prompts. A restarted run resumes from the last checkpoint, so a
 killed run, rerun, ends with the same weights and metrics as an uninterrupted one.
 
+run.json (rtpo.run_record) says what the run is: its key, effective settings, the sha256 of its train file
+and base model, the code version and the steps completed; summary.json is derived from the records, which
+must be the planned steps. A resume whose run.json differs (another key, settings, train file or base model)
+is refused, exit 2 naming the file; so is a rerun with fewer train.steps than the directory's checkpoint
+holds (it would keep the longer run's records and weights). Extending a finished run is a resume.
+
 Checkpoints, their checksums, the run identity a resume must match, the job guard (`--stamp`)
 and the fault-injection points are rtpo.checkpoints; what a run is built from (engine, envs, update
 settings, seeds) is rtpo.assembly, which evaluation and the benchmark scripts share.

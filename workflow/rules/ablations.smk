@@ -101,14 +101,7 @@ rule ablation_reuse_run:
     log:
         "results/logs/ablations/{run}/reuse.log",
     run:
-        from rtpo.run_record import copy_run
-
-        cell, (_, _, seed) = cell_of(wildcards), REUSED[wildcards.run]
-        key = {"scope": cell.study, "variant": cell.variant, "task": cell.task, "method": cell.method, "seed": seed}
-        src = os.path.dirname(input.summary)
-        copy_run(src, os.path.dirname(output.summary), key)
-        with open(log[0], "w") as f:
-            f.write(f"copied {src} (identical settings) to {os.path.dirname(output.summary)}\n")
+        copy_reused_run(wildcards.run, input.summary, output.summary, log[0])
 
 
 rule ablation_reuse_eval:

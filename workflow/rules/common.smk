@@ -235,6 +235,19 @@ def cell_of(wildcards):
     raise WorkflowError(f"no ablation wildcard in {dict(wildcards)}")
 
 
+def copy_reused_run(run, src_summary, out_summary, log):
+    """Rule ablation_reuse_run: the main run's files into the copied arm's seed directory, its run.json under
+    the arm's key with copy_of the main run's (rtpo.run_record.copy_run)."""
+    from rtpo.run_record import copy_run
+
+    cell, (_, _, seed) = PIPELINE.cell(run), REUSED[run]
+    key = {"scope": cell.study, "variant": cell.variant, "task": cell.task, "method": cell.method, "seed": seed}
+    src, out = os.path.dirname(src_summary), os.path.dirname(out_summary)
+    copy_run(src, out, key)
+    with open(log, "w") as f:
+        f.write(f"copied {src} (identical settings) to {out}\n")
+
+
 def main_train_params(method):
     """The settings and stamp params of train_<method>; a factory, so each rule of the loop in
     train.smk gets its own closures."""
