@@ -16,7 +16,6 @@ kind and verdict and one line per empirical row that is decided; the numbers of 
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 from pathlib import Path
