@@ -229,12 +229,18 @@ def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeyp
     monkeypatch.setattr(ledger, "main_twin", lambda res, st, v, m: v == "G4")
     assert ledger.with_main_seeds(None, study, "G4", "rtpo", fetch) == {0: 0.9, 1: 0.91, 2: 0.92}
     assert ledger.with_main_seeds(None, study, "G3", "rtpo", fetch) == {}
-    # whether an arm is the main grid's is what its runs say (run.json copy_of), asked of the results by key
+    # whether an arm is the main grid's is what its runs' run.json say (copy_of), not a guess from the config
     monkeypatch.undo()
-    asked = []
-    res = SimpleNamespace(copies_main=lambda *key: asked.append(key) or key[1] == "G4")
-    assert ledger.main_twin(res, study, "G4", "rtpo") is True and ledger.main_twin(res, study, "G3", "rtpo") is False
-    assert asked == [("group_size", "G4", "airline", "rtpo"), ("group_size", "G3", "airline", "rtpo")]
+    from rtpo.experiment import RunKey
+    from rtpo.report.load import Results
+
+    arm = RunKey("group_size", "G4", "airline", "rtpo", 0)
+    res = Results(None, {}, pd.DataFrame(), pd.DataFrame(), None, {},
+                  records={arm: {"key": arm.as_dict(), "copy_of": {**arm.as_dict(), "scope": "main", "variant": ""}}})
+    assert ledger.main_twin(res, study, "G4", "rtpo") is True
+    res.records[arm]["copy_of"] = None
+    assert ledger.main_twin(res, study, "G4", "rtpo") is False
+    assert ledger.main_twin(Results(None, {}, pd.DataFrame(), pd.DataFrame(), None, {}), study, "G4", "rtpo") is False
 
 
 # ------------------------------------------------------------------ theory rows
