@@ -160,47 +160,97 @@ def cmd_report(args) -> int:
     return report_main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rtpo", description=__doc__)
-    sub = p.add_subparsers(dest="verb", required=True)
+def cmd_tensorboard(args) -> int:
+    from rtpo.tracking import main_convert
 
-    def add(name, fn, help):
-        sp = sub.add_parser(name, help=help)
+    return main_convert(args.paths, args.out)
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown where there is one to show (not None, [] or a flag's False); descriptions kept as written."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or action.default == [] or action.required:
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+# the tools with an argument parser of their own: `rtpo retrieval <tool> ...` runs `python -m <module> ...`
+RETRIEVAL_TOOLS = {
+    "server": ("rtpo.retrieval.server", "serve Search-R1's POST /retrieve over a BM25 or dense index, or a web API"),
+    "index": ("rtpo.retrieval.index", "build or query a saved BM25 index over a corpus.jsonl (wiki-18 at paper scale)"),
+    "dense": ("rtpo.retrieval.dense", "build an e5 + faiss dense index (optional: needs faiss and an e5 model)"),
+    "fetch": ("rtpo.retrieval.fetch", "download a URL to a file checked against its sha256"),
+}
+REPORT_TOOLS = {
+    "compare": "compare results/tables with a reference run's (the stated bounds; exit 1 outside them)",
+    "reference": "write a reference directory from a finished run's tables",
+    "summary": "the end-of-run summary scripts/pipeline.sh prints",
+    "claims-map": "docs/claims.md's map of the paper's claims to the tables",
+}
+
+EPILOG = """workflow:
+  snakemake --cores 2 --configfile config/smoke.yaml   the whole pipeline in minutes (the rules call the verbs above)
+  bash scripts/pipeline.sh                             the CPU default (about 72 min on 2 cores)
+
+more tools (each with -h):
+""" + "\n".join(f"  rtpo retrieval {k:<8} {v[1]}" for k, v in RETRIEVAL_TOOLS.items()) + "\n" + \
+    "\n".join(f"  rtpo report {k:<11} {v}" for k, v in REPORT_TOOLS.items()) + """
+  python -m rtpo.theory   the same checks as `rtpo theory` (also --seed)
+
+docs: README.md, docs/ARCHITECTURE.md (every verb's files), config/README.md (configs and overrides)"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rtpo.experiment import TASK_KINDS
+    from rtpo.methods.cards import CARDS
+
+    methods, tasks = list(CARDS), list(TASK_KINDS)
+    p = argparse.ArgumentParser(prog="rtpo", description=__doc__, epilog=EPILOG, formatter_class=_Help)
+    sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def add(name, fn, help, config=True):
+        sp = sub.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".", formatter_class=_Help)
         sp.set_defaults(fn=fn)
-        sp.add_argument("--config", default="config/config.yaml")
-        sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key, e.g. --set method.rtpo.group_size=4")
+        if config:
+            sp.add_argument("--config", default="config/config.yaml",
+                            help="pipeline config (YAML, checked against rtpo/config.schema.yaml; config/README.md)")
+            sp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                            help="override a config key (value read as YAML; repeatable), e.g. --set method.rtpo.group_size=4")
         return sp
 
-    sp = add("data", cmd_data, "generate a task's train/eval splits and expert demonstrations")
-    sp.add_argument("--task", required=True)
-    sp.add_argument("--out", required=True)
+    sp = add("data", cmd_data, "generate a task's train/eval splits and expert demonstrations (paper scale: "
+             "prepare the real benchmarks)")
+    sp.add_argument("--task", required=True, choices=tasks, help="the task")
+    sp.add_argument("--out", required=True, help="output directory, e.g. results/data/math")
 
-    sp = add("tokenizer", cmd_tokenizer, "train the embedded model's BPE tokenizer")
-    sp.add_argument("--data", default="results/data")
-    sp.add_argument("--out", required=True)
+    sp = add("tokenizer", cmd_tokenizer, "train the embedded model's BPE tokenizer on the expert demonstrations")
+    sp.add_argument("--data", default="results/data", help="directory with each task's experts.jsonl")
+    sp.add_argument("--out", required=True, help="output directory of the tokenizer")
 
     sp = add("base-model", cmd_base_model, "build the base model (tiny + SFT warm start, or a converted LM)")
-    sp.add_argument("--data", default="results/data")
-    sp.add_argument("--tokenizer", default="results/models/tokenizer")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--data", default="results/data", help="directory with each task's experts.jsonl")
+    sp.add_argument("--tokenizer", default="results/models/tokenizer", help="tokenizer directory")
+    sp.add_argument("--seed", type=int, default=0, help="initialisation and SFT seed")
+    sp.add_argument("--out", required=True, help="output model directory")
 
     sp = add("sweep-base", cmd_sweep_base, "the mechanism sweep's base model: the base model's warm start "
              "continued on the sweep's experts of every horizon K (config `sweep`)")
-    sp.add_argument("--init", default="results/models/base")
+    sp.add_argument("--init", default="results/models/base", help="the model to continue from")
     sp.add_argument("--demos", nargs="+", required=True, help="experts.jsonl of each K")
-    sp.add_argument("--seed", type=int, default=0)
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--seed", type=int, default=0, help="SFT seed")
+    sp.add_argument("--out", required=True, help="output model directory")
 
-    sp = add("train", cmd_train, "train one (method, task) cell for one or several seeds")
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--task", required=True)
+    sp = add("train", cmd_train, "train one (method, task) cell for one or several seeds (metrics.jsonl, "
+             "TensorBoard events, checkpoint/, final/, summary.json in each run directory)")
+    sp.add_argument("--method", required=True, choices=methods, help="the method (rtpo/methods/cards.py)")
+    sp.add_argument("--task", required=True, choices=tasks, help="the task")
     sp.add_argument("--seed", type=int, nargs="+", default=[0],
                     help="one or several seeds, trained one after the other in this process")
-    sp.add_argument("--model", default="results/models/base")
+    sp.add_argument("--model", default="results/models/base", help="the base model directory")
     sp.add_argument("--train-file", default=None, help="default: results/data/<task>/train.jsonl")
-    sp.add_argument("--engine", default=None, choices=[None, "local", "verl"])
+    sp.add_argument("--engine", default=None, choices=["local", "verl"],
+                    help="default: the config's engine (local: torch on this machine; verl: verl's trainer)")
     sp.add_argument("--out", required=True,
                     help="run directory; with several seeds a pattern with {seed}, e.g. results/runs/math/rtpo/seed{seed}")
     sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
@@ -212,9 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--variant", default="", help="the ablation variant (G3, kl-0.01, ...) or sweep cell (h4/psi-full)")
 
     sp = add("evaluate", cmd_evaluate, "evaluate a model directory on a task's eval split")
-    sp.add_argument("--model", required=True, help="with several seeds a pattern with {seed}")
-    sp.add_argument("--method", required=True, help="selects the context map psi used at evaluation")
-    sp.add_argument("--task", required=True)
+    sp.add_argument("--model", required=True, help="model directory; with several seeds a pattern with {seed}")
+    sp.add_argument("--method", required=True, choices=methods, help="selects the context map psi used at evaluation")
+    sp.add_argument("--task", required=True, choices=tasks, help="the task")
     sp.add_argument("--seed", type=int, nargs="+", default=[0],
                     help="one or several seeds (their models evaluated one after the other in this process)")
     sp.add_argument("--eval-file", default=None, help="default: results/data/<task>/eval.jsonl")
@@ -225,9 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", required=True, help="eval JSON; with several seeds a pattern with {seed}")
     sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
 
-    sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs")
-    sp.add_argument("--out", required=True)
-    sp.add_argument("--quick", action="store_true")
+    sp = add("theory", cmd_theory, "numerical checks of the paper's theorems on tabular MDPs", config=False)
+    sp.add_argument("--out", required=True, help="output directory (tables and figures)")
+    sp.add_argument("--quick", action="store_true", help="fewer samples (seconds; the tests use it)")
 
     sp = add("check-config", cmd_check_config,
              "start-up arithmetic of a verl config: every cell's row lengths, token budget, memory, attention "
@@ -235,19 +285,38 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--profile", default=CHECK_PROFILE,
                     help="Snakemake profile directory whose set-resources to check (none: skip)")
 
-    sp = add("report", cmd_report, "tables, figures and the claim ledger (also: rtpo report compare|reference|summary|claims-map -h)")
-    sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"])
-    sp.add_argument("--results", default="results")
-    sp.add_argument("--tables", default="results/tables")
-    sp.add_argument("--figures", default="figures")
+    sp = add("report", cmd_report, "tables, figures and the claim ledger from results/ (also: rtpo report "
+             "compare|reference|summary|claims-map -h)")
+    sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"], help="what to write")
+    sp.add_argument("--results", default="results", help="the results directory (runs/, evals/, ...)")
+    sp.add_argument("--tables", default="results/tables", help="tables directory")
+    sp.add_argument("--figures", default="figures", help="figures directory")
     sp.add_argument("--only", nargs="+", default=None, metavar="TABLE",
                     help="with `tables`: just these tables (e.g. table01_main; the named Snakemake targets)")
+
+    sp = add("tensorboard", cmd_tensorboard, "write TensorBoard events for finished runs' metrics.jsonl, under "
+             "the tags live runs use (rtpo/...); then: tensorboard --logdir DIR", config=False)
+    sp.add_argument("paths", nargs="+", metavar="PATH",
+                    help="a metrics.jsonl, or a directory searched for them (e.g. results/runs)")
+    sp.add_argument("--out", default=None,
+                    help="write the events under this directory, mirroring each run's path (default: beside "
+                         "each metrics.jsonl, replacing the rtpo events file there; verl's own events are kept)")
+
+    sp = add("retrieval", None, "retrieval tools: " + ", ".join(RETRIEVAL_TOOLS) + " (rtpo retrieval TOOL -h)",
+             config=False)
+    sp.add_argument("tool", choices=list(RETRIEVAL_TOOLS),
+                    help="; ".join(f"{k}: {v[1]}" for k, v in RETRIEVAL_TOOLS.items()))
+    sp.add_argument("args", nargs=argparse.REMAINDER, help="the tool's own arguments")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["report"] and argv[1:2] and argv[1] in ("compare", "reference", "summary", "claims-map"):
+    if argv[:1] == ["retrieval"] and argv[1:2] and argv[1] in RETRIEVAL_TOOLS:
+        import importlib
+
+        return int(importlib.import_module(RETRIEVAL_TOOLS[argv[1]][0]).main(argv[2:]) or 0)
+    if argv[:1] == ["report"] and argv[1:2] and argv[1] in REPORT_TOOLS:
         from rtpo.report.cli import tools_main  # checks of a finished run: their own arguments
 
         return tools_main(argv[1:])

@@ -77,6 +77,52 @@ def set_path(cfg: dict[str, Any], assignment: str, source: str = "--set") -> Non
         raise ConfigError(f"{source}: the value {val!r} is not valid YAML ({' '.join(str(e).split())})") from None
 
 
+def retype_command_line(cfg: dict[str, Any], given: Mapping[str, Any] | None) -> list[str]:
+    """Re-read as YAML the strings `snakemake --config KEY=VALUE` put into `cfg` (in place).
+
+    Snakemake types a whole VALUE (int, float, bool) but reads one with brackets through YAML's
+    BaseLoader, which keeps every scalar inside a string: ``--config 'seeds=[0, 1]'`` gives
+    ``['0', '1']`` and the schema then says "'0' is not of type 'integer'". `given` is that
+    --config mapping (workflow.config_settings.config); each of its string scalars is parsed as
+    `--set` parses a value (YAML 1.1, plus exponent floats such as 1e-6). Returns the key paths changed."""
+    import re
+
+    number = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+    def typed(s: str) -> Any:
+        if number.match(s):
+            return float(s)
+        try:
+            v = yaml.safe_load(s)
+        except yaml.YAMLError:
+            return s
+        return v if isinstance(v, (str, int, float, bool, list, dict)) or v is None else s  # not a date
+
+    changed: list[str] = []
+
+    def walk(node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if isinstance(node, str):
+            v = typed(node)
+            if not isinstance(v, str):
+                changed.append(where)
+            return v
+        return node
+
+    def merge(dst: dict[str, Any], src: Mapping[str, Any]) -> None:  # as snakemake.utils.update_config
+        for k, v in src.items():
+            if isinstance(v, dict) and isinstance(dst.get(k), dict):
+                merge(dst[k], v)
+            else:
+                dst[k] = v
+
+    merge(cfg, walk(dict(given or {}), ""))
+    return changed
+
+
 def nonfinite_keys(cfg: dict[str, Any]) -> list[list[str]]:
     """The key path of the first NaN / +-inf number in a config ([] when none). YAML reads `.nan` and
     `.inf` as floats, and the schema's bounds cannot refuse them: NaN <= 0 and NaN > 0 are both false."""

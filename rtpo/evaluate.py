@@ -202,6 +202,11 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     s = method_settings(cfg, method, task)
     ev = cfg["eval"]
     k = int(ev["samples"])
+    crosscheck = bool(ev.get("math_verify")) and task == "math"
+    if crosscheck:  # before the rollouts: a missing package fails at once, naming what to install
+        from rtpo.metrics_crosscheck import require
+
+        require()
     tasks = load_tasks(eval_file)
     params = SamplingParams(max_new_tokens=int(s["env"]["max_new_tokens"]), temperature=float(ev["temperature"]))
     starts = [Start(t, first_kind="eval", rest_kind="eval", seed=seed * 1_000_003 + i * k + j)
@@ -254,6 +259,12 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
                    "inputs": {"eval_file": {"path": str(eval_file), "sha256": file_sha256(eval_file)},
                               "model": {"path": str(model_dir), "sha256": model_sha256(model_dir)}}},
     }
+    if crosscheck:  # a second opinion beside the project's grader, never instead of it
+        from rtpo.metrics_crosscheck import crosscheck as math_verify_crosscheck
+
+        result["math_verify"] = math_verify_crosscheck(
+            (t.info.get("answer"), st.task.answers[0], bool((t.info.get("metrics") or {}).get("correct")))
+            for t, st in zip(trajs, starts))
     if servers is not None:
         result["servers"] = {"rollout": servers.rollout,
                              "tensor_parallel_size": servers.tp, "replicas": servers.replicas,

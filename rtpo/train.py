@@ -167,6 +167,9 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
         log.path.unlink()  # no checkpoint: start over
     write_record(out, {**record, "steps": {"planned": steps, "completed": start}})
 
+    from rtpo.tracking import RunTracker, backends
+
+    tracker = RunTracker(out, backends(cfg), f"{task}-{method}-seed{seed}", start=start)  # logging.backends
     n = int(tr["prompts_per_step"])
     every, probe_every = int(tr.get("checkpoint_every", 1)), int(tr.get("heldout_every", 1))
     t0 = time.perf_counter()
@@ -184,6 +187,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
         rec.update(step=step, method=method, task=task, seed=seed, lr=float(tr["lr"]),
                    weight_version=engine.weight_version, train_version=engine.train_version, psi=psi)
         log.write(rec)
+        tracker.log(rec)
         bar.set_postfix(reward=f"{rec['reward_mean']:.2f}" if rec.get("reward_mean") is not None else "-")
         if (step + 1) % every == 0 or step + 1 == steps or stop.requested:
             saved = save_checkpoint(ckpt, step, engine, algo, log, identity)
@@ -192,6 +196,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
                 raise Stopped(f"stopped by SIGTERM after step {step} of {steps}; checkpoint saved: {saved}; "
                               "the same command resumes from it")
     bar.close()
+    tracker.close()
     # the summary first: a run that cannot summarise its records fails before it replaces final/. It is
     # derived from the records: its steps are the records', which must be the planned steps 0..steps-1
     recs = log.read()

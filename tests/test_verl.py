@@ -958,6 +958,18 @@ def test_grpo_two_steps_on_verl(verl_run):
         assert r["tool_calls"] == 0 and r["rollouts_per_prompt"] == 2.0
         assert 0 <= r["zero_adv_frac"] <= 1  # one GRPO advantage per chain
     assert (out / "checkpoint" / "global_step_2").is_dir() and (out / "final" / "config.json").exists()
+    # verl's tracker (trainer.logger from logging.backends, default console + tensorboard; TENSORBOARD_DIR =
+    # the run directory) got GRPO's ratio and KL under the names the other methods and the local engine use
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"rtpo/ratio_mean", "rtpo/kl_rollout_train", "rtpo/reward_mean", "actor/pg_loss"} <= tags, sorted(tags)
+    for name in ("ratio_mean", "kl_rollout_train"):
+        ev = acc.Scalars(f"rtpo/{name}")
+        assert [e.step for e in ev] == [1, 2]  # verl's global steps
+        assert [e.value for e in ev] == pytest.approx([r[name] for r in recs], rel=1e-5, abs=1e-7)
 
 
 def _records(out: Path) -> list[dict]:

@@ -33,10 +33,16 @@ from rtpo.report.table_base import method_label, methods_with, tasks_with  # noq
 
 _PALETTE = sns.color_palette("colorblind", 10)
 METHOD_COLORS = {"vanilla": _PALETTE[7], "grpo": _PALETTE[0], "tree_grpo": _PALETTE[2], "arpo": _PALETTE[4],
-                 "seeupo": _PALETTE[1], "rtpo": _PALETTE[3], "rtpo_ca": _PALETTE[3]}
+                 "seeupo": _PALETTE[5], "rtpo": _PALETTE[3], "rtpo_ca": _PALETTE[3]}  # SeeUPO brown: orange was RTPO's vermilion
 # distinct markers, so that methods whose curves coincide (common in tiny runs) stay visible
 METHOD_MARKERS = {"vanilla": "o", "grpo": "s", "tree_grpo": "^", "arpo": "D", "seeupo": "v", "rtpo": "o",
                   "rtpo_ca": "P"}
+# distinct dash patterns too: where two methods' curves coincide (GRPO and SeeUPO both recompute under the
+# full history, so their ratio and KL can be equal), the line drawn later lets the earlier one show
+METHOD_LINESTYLES = {"vanilla": "-", "grpo": "-", "tree_grpo": "-.", "arpo": (0, (1, 1.5)), "seeupo": (0, (5, 3)),
+                     "rtpo": "-", "rtpo_ca": (0, (3, 1, 1, 1))}
+DODGE = 0.06       # Figure 3: steps between two methods' points at one step (see _plot_curves)
+KL_MIN_TOP = 1e-3  # nats/token: the KL axis's least height, so float round-off (~1e-14) draws as 0
 VARIANT_COLORS = [_PALETTE[3], _PALETTE[0], _PALETTE[2], _PALETTE[1], _PALETTE[4]]
 
 
@@ -85,22 +91,38 @@ def _curve(res: Results, task: str, method: str, column: str, scope: str = MAIN,
     return out
 
 
-def _plot_curves(ax, res: Results, task: str, column: str, scale: float = 1.0) -> list[str]:
-    """One line per method with a ±1 std band; returns the methods drawn."""
+def _plot_curves(ax, res: Results, task: str, column: str, scale: float = 1.0, dodge: float = 0.0) -> list[str]:
+    """One line per method with a ±1 std band; returns the methods drawn. dodge: shift method i's points
+    by (i - centre) * dodge steps, so that curves with equal values (every method at ratio 1, KL 0 when
+    training sees the rollout's context) stay side by side instead of hiding each other."""
     drawn = []
-    for i, m in enumerate(methods_with(res, task, "steps")):
+    methods = methods_with(res, task, "steps")
+    for i, m in enumerate(methods):
         c = _curve(res, task, m, column)
         if c.empty:
             continue
-        x, y = c["step"].to_numpy(), c["mean"].to_numpy() * scale
-        ax.plot(x, y, marker=METHOD_MARKERS.get(m, "o"), ms=4, lw=1.6, alpha=0.9, color=_color(m, i),
-                label=method_label(m), markerfacecolor="none" if m != "rtpo" else _color(m, i))
+        x = c["step"].to_numpy() + (i - (len(methods) - 1) / 2) * dodge
+        y = c["mean"].to_numpy() * scale
+        ax.plot(x, y, marker=METHOD_MARKERS.get(m, "o"), ms=4 + (i % 3), lw=1.6, alpha=0.9, color=_color(m, i),
+                ls=METHOD_LINESTYLES.get(m, "-"), label=method_label(m),
+                markerfacecolor="none" if m != "rtpo" else _color(m, i),
+                zorder=2.0 if m == "rtpo" else 2.5)  # hollow markers above RTPO's filled ones where they meet
         sd = c["std"].to_numpy() * scale
         ok = ~np.isnan(sd)
         if ok.any():  # every plotted quantity is >= 0: clip the band there
             ax.fill_between(x[ok], np.maximum(y - sd, 0)[ok], (y + sd)[ok], color=_color(m, i), alpha=0.12, lw=0)
         drawn.append(m)
     return drawn
+
+
+def _curve_max(res: Results, task: str, column: str) -> float:
+    """The largest mean (+ std) any method's curve of `column` reaches on `task` (0 when none)."""
+    top = 0.0
+    for m in methods_with(res, task, "steps"):
+        c = _curve(res, task, m, column)
+        if not c.empty:
+            top = max(top, float(np.nanmax(c["mean"] + c["std"].fillna(0.0))))
+    return top
 
 
 def _int_steps(ax) -> None:
@@ -146,7 +168,7 @@ def fig03_consistency(res: Results, outdir: Path) -> list[Path]:
         fig, axes = plt.subplots(2, len(tasks), figsize=(_width(len(tasks)), 7.0), squeeze=False, sharex="col")
         for j, t in enumerate(tasks):
             ax = axes[0, j]
-            if not _plot_curves(ax, res, t, "ratio_mean"):
+            if not _plot_curves(ax, res, t, "ratio_mean", dodge=DODGE):
                 _empty(ax)
             ax.axhline(1.0, color="0.55", ls="--", lw=1, zorder=0)
             lo, hi = ax.get_ylim()  # at least 1 ± 0.02 so that numerical noise does not look like drift
@@ -155,15 +177,21 @@ def fig03_consistency(res: Results, outdir: Path) -> list[Path]:
             ax.set_title(f"{t}", fontsize=12)
             ax.set_ylabel("ratio exp(logp_train − logp_rollout)" if j == 0 else "")
             ax = axes[1, j]
-            if not _plot_curves(ax, res, t, "kl_rollout_train"):
+            if not _plot_curves(ax, res, t, "kl_rollout_train", dodge=DODGE):
                 _empty(ax)
             ax.axhline(0.0, color="0.55", ls="--", lw=1, zorder=0)
             ax.set_ylabel("KL(rollout ‖ train) (nats / token)" if j == 0 else "")
-            ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
             ax.set_xlabel("training step")
             _int_steps(ax)
+        # one KL scale for the row, from 0 and at least KL_MIN_TOP high: a panel scaled on its own would
+        # blow float noise (~1e-14 when training sees the rollout's context) up to the size of a real mismatch
+        top = max([KL_MIN_TOP] + [_curve_max(res, t, "kl_rollout_train") for t in tasks])
+        for ax in axes[1]:
+            ax.set_ylim(-0.04 * top, 1.1 * top)
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3), useOffset=False)
         fig.suptitle("Figure 3: rollout–training consistency on trained tokens (before each update)\n"
-                     f"1.0 / 0 = training sees exactly the rollout's context; {band_note(res)}; Vanilla (no update) has none", fontsize=12)
+                     f"1.0 / 0 = training sees exactly the rollout's context; {band_note(res)}; Vanilla (no update) has none; "
+                     "methods' points side by side around each step", fontsize=12)
         _legend_below(fig, axes, order=[method_label(m) for m in res.cfg.get("methods", [])])
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         return _save(fig, outdir, "fig03_consistency")
@@ -176,7 +204,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
     with _style():
         fig, axes = plt.subplots(2, len(tasks), figsize=(_width(len(tasks)), 7.0), squeeze=False, sharex="col")
         for j, t in enumerate(tasks):
-            if not _plot_curves(axes[0, j], res, t, "reward_mean"):
+            if not _plot_curves(axes[0, j], res, t, "reward_mean", dodge=DODGE):
                 _empty(axes[0, j])
             axes[0, j].set_title(t, fontsize=12)
             axes[0, j].set_ylabel("mean terminal reward" if j == 0 else "")
@@ -184,7 +212,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
             if len(rew) and rew.min() >= 0:  # non-negative rewards: start the axis at 0
                 _from_zero(axes[0, j], 0.1)
             col = res.online_column(t)
-            if not _plot_curves(axes[1, j], res, t, col, 100):
+            if not _plot_curves(axes[1, j], res, t, col, 100, dodge=DODGE):  # success: few values, often equal
                 _empty(axes[1, j])
             _from_zero(axes[1, j], 10.0)
             axes[1, j].set_ylabel(("held-out success (%)" if col == "heldout_success" else
@@ -192,7 +220,7 @@ def fig_training_curves(res: Results, outdir: Path) -> list[Path]:
             axes[1, j].set_xlabel("training step")
             _int_steps(axes[1, j])
         fig.suptitle(f"Training curves: mean reward of each step's trajectories; success on a fixed held-out batch "
-                     f"where recorded\n{band_note(res)}", fontsize=12)
+                     f"where recorded\n{band_note(res)}; methods' points side by side around each step", fontsize=12)
         _legend_below(fig, axes, order=[method_label(m) for m in res.cfg.get("methods", [])])
         fig.tight_layout(rect=(0, 0.05, 1, 1))
         return _save(fig, outdir, "fig_training_curves")

@@ -36,6 +36,15 @@ Under load: every rollout thread of every process on a node may search at once.
 - Read timeout: --read-timeout, default 30 s, on every read and write of a connection (the socket
   timeout): a client that connects and sends nothing, or stops half-way, or keeps an idle
   keep-alive connection, holds its thread at most that long, then the server closes it.
+- Request deadline: --request-timeout, default 10 s, for the whole of one request's arrival
+  (request line, headers and body; from the connection's start, or a kept-alive connection's first
+  byte of the next request). The read timeout restarts on every read, so a client sending a byte
+  every 5 s would keep its thread for ever; the deadline closes it. A watchdog thread enforces it.
+- Slow readers give way: while a connection waits for a thread, the server closes, one per waiting
+  connection, the connection whose request has been arriving longest, once that is over
+  --slow-grace (default 1 s; a real client sends its request in milliseconds). So connections held
+  half-sent (300 of them against 256 threads, tests/test_retrieval_hold.py) cannot keep real
+  searches out: the searches wait at most about the grace, not the deadline.
 - Validation: 400 {"error": ...} naming the field for a body that is not a JSON object, nested
   deeper than MAX_DEPTH, 'queries' not a list of at most MAX_QUERIES strings, 'topk' not an integer
   in 1..1000 (null or absent: the server's --topk), 'return_scores' not a JSON boolean (absent:
@@ -68,6 +77,8 @@ MAX_DEPTH = 32          # a request is 2 deep ({"queries": [...]}); json.loads r
 BACKLOG = 1024          # listen backlog (connections the kernel queues before we accept them)
 MAX_THREADS = 256       # connections served at once (one thread each) per process
 READ_TIMEOUT = 30.0     # seconds a connection may keep a thread waiting for its next bytes
+REQUEST_TIMEOUT = 10.0  # seconds one request may take to arrive (line, headers, body), however it trickles
+SLOW_GRACE = 1.0        # seconds after which an arriving request gives way to a connection waiting for a thread
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -84,6 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, code: int, obj: Any, close: bool = False) -> None:
+        self.server.arriving(self, False)  # answering: the request is in (or refused unread)
         body = json.dumps(obj, ensure_ascii=False).encode()
         close = close or self.server.waiting  # a connection waits for a thread: hand this one over
         self.send_response(code)
@@ -122,8 +134,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle(self) -> None:
         """BaseHTTPRequestHandler.handle, but between two requests of a kept-alive connection the
-        connection is idle and the server may close it for a connection waiting for a thread."""
+        connection is idle and the server may close it for a connection waiting for a thread; while a
+        request arrives it is under the request deadline (_Server.arriving)."""
         self.close_connection = True
+        self.server.arriving(self, True)
         self.handle_one_request()
         while not self.close_connection and self._next_request_arrives():
             self.handle_one_request()
@@ -134,9 +148,13 @@ class _Handler(BaseHTTPRequestHandler):
             more = bool(self.rfile.peek(1))  # blocks until bytes, EOF, the read timeout, or a reap
         except (OSError, ValueError):  # TimeoutError, reset; ValueError: the file was closed
             more = False
-        return self.server.idle(self, False) and more
+        busy = self.server.idle(self, False)
+        if busy and more:
+            self.server.arriving(self, True)  # the next request's first byte is here: its deadline starts
+        return busy and more
 
     def finish(self) -> None:
+        self.server.arriving(self, False)
         super().finish()
         if self._unread:  # lingering close: without it the unread body makes the kernel reset the
             _drain(self.connection)  # connection, and the client may lose the answer we sent
@@ -160,6 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
         if n is None:
             return
         raw = self.rfile.read(n)
+        self.server.arriving(self, False)  # the request is in: searching is not under its deadline
         if len(raw) < n:  # the client closed half-way (a stalled one times out: TimeoutError)
             self.close_connection = True
             return
@@ -263,11 +282,18 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, addr, backend, default_topk: int, backlog: int = BACKLOG, max_threads: int = MAX_THREADS,
-                 read_timeout: float | None = READ_TIMEOUT):
+                 read_timeout: float | None = READ_TIMEOUT, request_timeout: float | None = REQUEST_TIMEOUT,
+                 slow_grace: float = SLOW_GRACE):
         if int(backlog) < 1 or int(max_threads) < 1:
             raise ValueError(f"backlog and max_threads must be >= 1, got {backlog} and {max_threads}")
-        if read_timeout is not None and not read_timeout > 0:
-            raise ValueError(f"read_timeout must be > 0 seconds (or None), got {read_timeout}")
+        for name, v in (("read_timeout", read_timeout), ("request_timeout", request_timeout)):
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 seconds (or None), got {v}")
+        if not slow_grace >= 0:
+            raise ValueError(f"slow_grace must be >= 0 seconds, got {slow_grace}")
+        self.request_timeout, self.slow_grace = request_timeout, float(slow_grace)
+        self._arriving: dict[_Handler, float] = {}  # connections whose request is arriving -> since when
+        self.evicted = self.expired = 0  # slow requests closed for a waiting connection / at their deadline
         self.request_queue_size = int(backlog)  # read by server_activate, inside super().__init__
         self.max_threads, self.read_timeout = int(max_threads), read_timeout
         self._slots = threading.BoundedSemaphore(self.max_threads)
@@ -281,6 +307,48 @@ class _Server(ThreadingHTTPServer):
         self.backend, self.default_topk = backend, int(default_topk)
         self.served = 0
         self.last = time.monotonic()
+
+    def arriving(self, handler: _Handler, on: bool) -> None:
+        """Mark `handler`'s request as arriving (the deadline and the grace count from now) or arrived."""
+        with self._count:
+            if on:
+                self._arriving[handler] = time.monotonic()
+            else:
+                self._arriving.pop(handler, None)
+
+    def _close(self, handler: _Handler) -> None:
+        try:
+            handler.connection.shutdown(socket.SHUT_RDWR)  # its blocked read returns: the thread ends
+        except OSError:
+            pass
+
+    def _watch_deadlines(self) -> None:
+        """Close each connection whose request is still arriving request_timeout after it began."""
+        tick = min(0.25, self.request_timeout / 4)
+        while not self._stopping:
+            time.sleep(tick)
+            now = time.monotonic()
+            with self._count:
+                late = [h for h, t0 in self._arriving.items() if now - t0 > self.request_timeout]
+                for h in late:
+                    del self._arriving[h]
+                self.expired += len(late)
+            for h in late:
+                self._close(h)
+
+    def _evict_slow(self) -> bool:
+        """Close the connection whose request has been arriving longest, if longer than slow_grace."""
+        now = time.monotonic()
+        with self._count:
+            if not self._arriving:
+                return False
+            handler, t0 = min(self._arriving.items(), key=lambda kv: kv[1])
+            if now - t0 <= self.slow_grace:
+                return False
+            del self._arriving[handler]
+            self.evicted += 1
+        self._close(handler)
+        return True
 
     def touch(self) -> None:
         self.last = time.monotonic()
@@ -323,16 +391,16 @@ class _Server(ThreadingHTTPServer):
             return self._idle.pop(handler, False) is None
 
     def _reap(self) -> None:
-        """Close the longest-idle kept-alive connection, if any (its thread sees EOF and ends)."""
+        """Close the longest-idle kept-alive connection, if any (its thread sees EOF and ends); if none,
+        the slowest arriving request past the grace (_evict_slow)."""
         with self._count:
-            if not self._idle:
-                return
-            handler = next(iter(self._idle))
-            del self._idle[handler]
-        try:
-            handler.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            handler = next(iter(self._idle), None)
+            if handler is not None:
+                del self._idle[handler]
+        if handler is None:
+            self._evict_slow()
+            return
+        self._close(handler)
 
     def _release(self) -> None:
         with self._count:
@@ -344,6 +412,11 @@ class _Server(ThreadingHTTPServer):
         if isinstance(exc, (ConnectionError, TimeoutError)):  # the client went away: no traceback
             return
         super().handle_error(request, client_address)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        if self.request_timeout is not None:  # here, not in __init__: a forked worker has only the forking thread
+            threading.Thread(target=self._watch_deadlines, name="rtpo-retrieval-deadlines", daemon=True).start()
+        super().serve_forever(poll_interval)
 
     def shutdown(self) -> None:
         self._stopping = True
@@ -357,9 +430,10 @@ class RetrievalServer:
 
     def __init__(self, backend, host: str = "127.0.0.1", port: int = 0, default_topk: int = 3,
                  idle_exit: float | None = None, backlog: int = BACKLOG, max_threads: int = MAX_THREADS,
-                 read_timeout: float | None = READ_TIMEOUT):
+                 read_timeout: float | None = READ_TIMEOUT, request_timeout: float | None = REQUEST_TIMEOUT,
+                 slow_grace: float = SLOW_GRACE):
         self._srv = _Server((host, int(port)), backend, default_topk, backlog=backlog, max_threads=max_threads,
-                            read_timeout=read_timeout)
+                            read_timeout=read_timeout, request_timeout=request_timeout, slow_grace=slow_grace)
         self.idle_exit = idle_exit
         self._thread: threading.Thread | None = None
 
@@ -383,6 +457,16 @@ class RetrievalServer:
     def active(self) -> int:
         """Connections being served now (each holds a handler thread)."""
         return self._srv.active
+
+    @property
+    def arriving(self) -> int:
+        """Connections with a thread whose request is still arriving."""
+        return len(self._srv._arriving)
+
+    @property
+    def closed_slow(self) -> dict[str, int]:
+        """Connections closed while their request arrived: at the deadline, and to let a waiting one in."""
+        return {"deadline": self._srv.expired, "gave_way": self._srv.evicted}
 
     @property
     def peak(self) -> int:
@@ -456,7 +540,8 @@ def _write_url(path: str, url: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rtpo.retrieval.server", description="Search-R1 /retrieve server")
+    ap = argparse.ArgumentParser(prog="python -m rtpo.retrieval.server", description="Search-R1 /retrieve server",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--index", help="a directory written by `python -m rtpo.retrieval.index build`")
     src.add_argument("--corpus", help="a corpus.jsonl, indexed in memory (small corpora)")
@@ -474,12 +559,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="connections served at once per process; more wait in the backlog")
     ap.add_argument("--read-timeout", type=float, default=READ_TIMEOUT,
                     help="seconds a connection may wait for its next bytes (idle keep-alive included)")
+    ap.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT,
+                    help="seconds one request may take to arrive, however it trickles (line, headers, body)")
+    ap.add_argument("--slow-grace", type=float, default=SLOW_GRACE,
+                    help="seconds after which an arriving request is closed to let a connection waiting for a thread in")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         backend = load_backend(args.index, args.corpus, args.web, args.key_env)
         srv = RetrievalServer(backend, args.host, args.port, args.topk, args.idle_exit, backlog=args.backlog,
-                              max_threads=args.max_threads, read_timeout=args.read_timeout)
+                              max_threads=args.max_threads, read_timeout=args.read_timeout,
+                              request_timeout=args.request_timeout, slow_grace=args.slow_grace)
     except (ValueError, FileNotFoundError, OSError, ImportError, RetrievalError) as e:
         print(f"rtpo-retrieval: error: {e}", file=sys.stderr, flush=True)
         return 2

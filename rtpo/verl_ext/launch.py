@@ -47,6 +47,7 @@ from typing import Any
 
 from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
+from rtpo.tracking import backends as tracking_backends
 
 HERE = Path(__file__).resolve().parent
 REWARD_FN = HERE / "reward.py"
@@ -209,7 +210,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         # verl deletes the oldest actor checkpoint once a new one is complete (no critic here: GRPO-style runs)
         f"trainer.max_actor_ckpt_to_keep={keep_ckpt}", f"trainer.max_critic_ckpt_to_keep={keep_ckpt}",
         "trainer.test_freq=-1", "trainer.val_before_train=False", "trainer.resume_mode=auto",
-        f"trainer.default_local_dir={out / 'checkpoint'}", "trainer.logger=[console]",
+        f"trainer.default_local_dir={out / 'checkpoint'}",
+        # logging.backends (rtpo.tracking): TensorBoard events land in the run directory (the trainer sets TENSORBOARD_DIR)
+        f"trainer.logger={hydra_value(tracking_backends(cfg), 'logging.backends')}",
         "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={mode}",
         f"+rtpo.method={method}", f"+rtpo.task={task}", f"+rtpo.seed={seed}", f"+rtpo.psi={psi}",
@@ -310,13 +313,16 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
     ]
 
 
-def verl_env(cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment of the main_ppo process (Ray workers inherit it on a local cluster)."""
+def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
+    """Environment of the main_ppo process (Ray workers inherit it on a local cluster). `logger`: verl's
+    trainer.logger list; a user who names wandb decides WANDB_MODE (online, offline), otherwise wandb is
+    kept off."""
     env = dict(os.environ if base is None else base)
     root = str(HERE.parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["VERL_USE_EXTERNAL_MODULES"] = CPU_MODULES if cpu else PLUGIN_MODULES
-    env.setdefault("WANDB_MODE", "disabled")
+    if "wandb" not in (logger or []):
+        env.setdefault("WANDB_MODE", "disabled")
     env.setdefault("RAY_DEDUP_LOGS", "1")
     if cpu:
         from rtpo.verl_ext.cpu_harness.vllm_cpu import ENV as VLLM_CPU_ENV
@@ -544,7 +550,7 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     with open(log, "a") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
         f.flush()
-        rc = subprocess.call(cmd, env=verl_env(cpu), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
+        rc = subprocess.call(cmd, env=verl_env(cpu, logger=tracking_backends(cfg)), stdout=f, stderr=subprocess.STDOUT, cwd=str(out))
     if rc != 0:
         tail = log.read_text().splitlines()[-40:]
         print("\n".join(tail), file=sys.stderr)

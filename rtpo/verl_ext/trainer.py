@@ -41,6 +41,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from rtpo.engine.base import SamplingParams, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
+from rtpo.tracking import scalars
 from rtpo.loss import kl_rollout_train
 from rtpo.methods.cards import card, needs_keep_weights
 from rtpo.rollout import Roller
@@ -86,6 +87,9 @@ class RTPOTrainerMixin:
         self.replay_buffer = self._build_replay_buffer()
         path = self.rtpo.get("metrics_path")
         self.jsonl = JsonlWriter(path) if path else None
+        if path:  # verl's TensorBoard logger (trainer.logger) writes beside metrics.jsonl; set here, in the
+            # trainer's own process: a Ray worker has the cluster's environment, not main_ppo's
+            os.environ["TENSORBOARD_DIR"] = str(Path(path).parent)
         self._measure: list[tuple[float, float, int]] = []
 
     def _load_checkpoint(self):
@@ -187,6 +191,8 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec = log.record(fake, n_prompts)
         rec["syncs"] = 1
         self._write(rec)
+        # the same rtpo/* scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
+        metrics.update(scalars(rec))
         return batch
 
 
@@ -322,13 +328,9 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec["train_version"] = self.engine.train_version
         self._weight_version = self.engine.weight_version
         metrics.update(self.engine.metrics)
-        for name in ("ratio_mean", "kl_rollout_train", "zero_adv_frac", "reward_mean", "success_rate"):
-            if rec.get(name) is not None:
-                metrics[f"rtpo/{name}"] = rec[name]
-        for t in rec.get("turns", []):  # per-turn updates (RTPO's stages, SeeUPO's turns)
-            for name in ("ratio_mean", "kl_rollout_train"):
-                if t.get(name) is not None:
-                    metrics[f"rtpo/turn{t['k']}/{name}"] = t[name]
+        # rtpo/ratio_mean, rtpo/kl_rollout_train, rtpo/turn<k>/... (per-turn updates: RTPO's stages, SeeUPO's
+        # turns), ...: the names every method and the local engine log (rtpo.tracking)
+        metrics.update(scalars(rec))
         self._write(rec)
         meta = self.engine.drain()
         if not meta.keys:

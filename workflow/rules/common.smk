@@ -21,7 +21,8 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from rtpo import dag, experiment
-from rtpo.config import SCHEMA, ConfigError
+from rtpo.config import SCHEMA, ConfigError, retype_command_line
+from rtpo.report.landing import landing_page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +62,8 @@ def check_config(cfg):
         raise WorkflowError(f"invalid config: {errors[0]} (config files: {_config_sources()})")
 
 
+# `--config 'seeds=[0]'`: Snakemake leaves the scalars inside brackets as strings; read them as YAML
+retype_command_line(config, workflow.config_settings.config)
 check_config(config)
 try:
     # not "DAG": a Snakefile's globals are snakemake.workflow's, whose DAG class the scheduler needs

@@ -158,5 +158,9 @@ else:
     rule sweep:
         message:
             "this config has no 'sweep' section (the mechanism sweep: config/config.yaml's)"
+        log:
+            "results/logs/sweep/no_sweep_section.log",
+        conda:
+            CONDA_ENV
         shell:
             "echo 'no sweep section in this config (see config/config.yaml, key sweep)' >&2; exit 1"
