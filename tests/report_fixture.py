@@ -13,8 +13,9 @@ as rtpo.evaluate writes it (per benchmark embedded-{task}-{tier} and "overall").
 
 Planted effects, only so both directions of the verdict rule are exercised (this is test data,
 not a result): RTPO's eval pass@1 is PLANT_RTPO_VS_VANILLA above Vanilla's in every seed (on every
-problem RTPO has one success more of eval.samples = 4), and in the continuation study off-policy
-beats on-policy output-hit by PLANT_OFF_BEATS_ON in every seed. Training reward rises by
+problem RTPO has one success more of eval.samples = 4: an interval of zero width, which the ledger must
+not score), and in the continuation study off-policy beats on-policy output-hit by PLANT_OFF_BEATS_ON +
+PLANT_OFF_SPREAD * seed (a spread over seeds, so the ledger can decide it). Training reward rises by
 PLANT_LEARNING per step fraction for the trained methods except SeeUPO, whose reward is flat
 (PLANT_FLAT_METHOD: a cell the learning table must not call learning). Eval JSONs carry
 `per_problem` (successes per problem) and their pass@1 are its means.
@@ -38,6 +39,7 @@ TOKEN_KINDS = {"vanilla": ("chain",), "grpo": ("chain",), "seeupo": ("chain",), 
                "rtpo_ca": ("trunk", "sibling", "continuation")}
 PLANT_RTPO_VS_VANILLA = 0.25   # one success of 4 samples on every problem
 PLANT_OFF_BEATS_ON = 0.15
+PLANT_OFF_SPREAD = 0.02
 PLANT_LEARNING = 0.3
 PLANT_FLAT_METHOD = "seeupo"
 
@@ -283,11 +285,14 @@ def _plant_exact_gap(res: Path, cfg: dict[str, Any]) -> None:
 
 
 def _plant_continuation(res: Path, cfg: dict[str, Any]) -> None:
-    """Set off_policy hit = on_policy hit + PLANT_OFF_BEATS_ON on every benchmark of the continuation study."""
+    """Set off_policy hit = on_policy hit + PLANT_OFF_BEATS_ON + PLANT_OFF_SPREAD * seed on every benchmark of
+    the continuation study."""
     spec = cfg["ablations"]["continuation"]
     if not {"on_policy", "off_policy"} <= set(spec["values"]):
         return
-    for s in cfg["ablations"].get("seeds", cfg["seeds"]):
+    seeds = cfg["ablations"].get("seeds", cfg["seeds"])
+    top = PLANT_OFF_BEATS_ON + PLANT_OFF_SPREAD * max(seeds)
+    for s in seeds:
         base = res / "ablations" / "continuation"
         pon = base / "on_policy" / spec["task"] / "rtpo" / f"eval_seed{s}.json"
         poff = base / "off_policy" / spec["task"] / "rtpo" / f"eval_seed{s}.json"
@@ -295,7 +300,7 @@ def _plant_continuation(res: Path, cfg: dict[str, Any]) -> None:
         for b in [*on["benchmarks"], "overall"]:
             ob = on["benchmarks"][b] if b != "overall" else on["overall"]
             fb = off["benchmarks"][b] if b != "overall" else off["overall"]
-            ob["hit"] = min(ob["hit"], 1 - PLANT_OFF_BEATS_ON - 0.01)
-            fb["hit"] = ob["hit"] + PLANT_OFF_BEATS_ON
+            ob["hit"] = min(ob["hit"], 1 - top - 0.01)
+            fb["hit"] = ob["hit"] + PLANT_OFF_BEATS_ON + PLANT_OFF_SPREAD * s
         pon.write_text(json.dumps(on, indent=1, sort_keys=True))
         poff.write_text(json.dumps(off, indent=1, sort_keys=True))

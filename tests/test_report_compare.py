@@ -112,6 +112,9 @@ def test_reference_keeps_exactly_the_compared_files(tables, ref_run):
         assert needle in readme, needle
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert head and head in readme
+    # no directory of the machine that made it: the tables' path outside the repository is its last two parts
+    assert str(tables.parent) not in readme and "| from | results/tables |" in readme
+    assert "which run one seed" not in readme
     # rerun into the same directory: a stale CSV there is removed, the README rewritten
     (ref / "table99_stale.csv").write_text("a,b\n1,2\n")
     assert rtpo_main(["report", "reference", "--tables", str(tables), "--out", str(ref), "--commit", "abc123"]) == 0

@@ -1,6 +1,8 @@
-"""The ledger's verdicts say what the evidence can say: kinds counted apart, the
-paper's effect size excluded by a tight interval, theory rows that cannot decide, exact t quantiles.
-All on constructed inputs (no results tree)."""
+"""The ledger's verdicts say what the evidence can say: kinds counted apart, the paper's effect size excluded by
+a tight interval (with the sign shown, or not), rows that cannot be scored (a zero-width interval, a quantity
+coarser than its effect, a training dynamic of runs that do not learn), the paper's figure mapped to our scale,
+the Benjamini-Hochberg adjustment the verdicts use, theory rows that cannot decide, exact t quantiles.
+On constructed inputs; the audited rows' kinds on the synthetic results tree of tests/report_fixture.py."""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from rtpo.report import ledger
 from rtpo.report.ledger import Claim, evaluate_claim, theory_rows, verdict_counts
 from rtpo.report.paper_reference import PAPER
 from rtpo.report.stats import (
-    AGAINST_CONSTRUCTION, BY_CONSTRUCTION, EFFECT_EXCLUDED, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL,
-    KIND_IMPLEMENTATION, KIND_STRUCTURAL, NOT_REPRODUCED, REPRODUCED, effect_verdict, summarize, t975, t_quantile,
-    theory_verdict,
+    AGAINST_CONSTRUCTION, BY_CONSTRUCTION, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION,
+    KIND_STRUCTURAL, NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, SMALLER, bh_adjust, effect_verdict,
+    summarize, t975, t_pvalues, t_quantile, theory_verdict,
 )
 
 REF = PAPER["kl_lowest"]
@@ -51,25 +53,48 @@ def test_structural_claim_never_counts_as_reproduced_evidence():
     assert evaluate_claim(_claim([5.0], kind=KIND_STRUCTURAL))["verdict"] == INCONCLUSIVE
 
 
-def test_the_ledger_marks_the_audited_structural_claims():
-    """the rows the fidelity audit names as holding by construction are built as structural."""
-    import inspect
-    src = inspect.getsource(ledger.consistency) + inspect.getsource(ledger.group_size) + \
-        inspect.getsource(ledger.sync_frequency)
-    assert src.count("kind=KIND_STRUCTURAL") == 4   # ratio-rtpo, kl-{grpo,seeupo}, train-tokens, syncs
+def test_the_ledger_builds_the_audited_rows_as_their_kind(tmp_path):
+    """On a synthetic results tree: the rows that hold by construction are structural (ratio-rtpo, kl-*, the
+    geometric ratio, RTPO's jitter, G = 2, train tokens, syncs); the quantities that can move are empirical
+    (GRPO's KL recovery, SeeUPO's jitter against GRPO's), each tested against the paper's effect where it maps."""
+    from rtpo.report.load import load_results
+    from tests.report_fixture import fixture_config, make_results_tree
+
+    cfg = fixture_config(**{"train.steps": 6, "seeds": [0, 1, 2], "ablations.seeds": [0, 1, 2]})
+    make_results_tree(tmp_path, cfg, theory=False)
+    res = load_results(tmp_path / "results", cfg)
+    claims = {c.id: c for c in ledger.build_claims(res)}
+    structural = {i for i, c in claims.items() if c.kind == KIND_STRUCTURAL}
+    assert structural == {"4.2-ratio-rtpo-math", "4.2-ratio-rtpo-search", "4.2-ratio-grpo-math", "4.2-ratio-grpo-search",
+                          "4.2-kl-grpo-math", "4.2-kl-seeupo-math", "4.2-kl-grpo-search", "4.2-kl-seeupo-search",
+                          "F.2-seeupo-jitter", "G.2-G2-degenerate", "G.2-train-tokens", "G.6-syncs-interval-2",
+                          "G.6-syncs-kl-0.01"}
+    assert all(c.construction for i, c in claims.items() if i in structural)
+    for t in ("math", "search"):
+        rec = claims[f"F.2-recovery-grpo-{t}"]
+        assert rec.kind == KIND_EMPIRICAL and rec.unit == "nats/token" and rec.effect > 0
+        assert "GRPO's first-fifth KL" in rec.effect_basis
+    assert claims["F.2-seeupo-jitter-grpo"].kind == KIND_EMPIRICAL
+    # the paper's percent figures map as they are; its relative changes at our baseline's level
+    assert claims["G.1-tps-grpo"].effect == pytest.approx(56.0)
+    assert claims["G.4-tokens_total-grpo"].effect == pytest.approx(40.0)
+    assert "relative × Tree-GRPO's" in claims["G.1-length"].effect_basis
+    # the fixture's RTPO reward rises on airline: its training dynamics are scored, not "not measurable"
+    assert claims["G.3-failed-length"].learned is True and claims["G.7-tool_calls_per_trunk"].learned is True
 
 
 # ------------------------------------------------------------------ empirical claims: the effect size
 def test_tight_interval_around_zero_excludes_a_3pp_paper_effect():
     tight = summarize([-0.4, 0.3, 0.1, -0.2, 0.2])
     assert tight.lo < 0 < tight.hi < 3.0
-    assert effect_verdict(tight, +1, 3.0) == EFFECT_EXCLUDED
+    assert effect_verdict(tight, +1, 3.0) == NO_EFFECT
     # the same for a paper that claims a decrease, on the mirrored interval
-    assert effect_verdict(tight, -1, 3.0) == EFFECT_EXCLUDED
+    assert effect_verdict(tight, -1, 3.0) == NO_EFFECT
     # a wide interval around 0 cannot exclude it
     assert effect_verdict(summarize([-4.0, 5.0, 1.0]), +1, 3.0) == INCONCLUSIVE
-    # an effect of the paper's sign but clearly below its size is not the paper's effect
-    assert effect_verdict(summarize([0.5, 0.6, 0.55]), +1, 3.0) == EFFECT_EXCLUDED
+    # an effect of the paper's sign but clearly below its size is not the paper's effect, and says so
+    assert effect_verdict(summarize([0.5, 0.6, 0.55]), +1, 3.0) == SMALLER
+    assert effect_verdict(summarize([-0.5, -0.6, -0.55]), -1, 3.0) == SMALLER
     # the paper's size within reach and 0 excluded: reproduced; the opposite side: not reproduced
     assert effect_verdict(summarize([3.0, 3.5, 2.8]), +1, 3.0) == REPRODUCED
     assert effect_verdict(summarize([-3.0, -3.5, -2.8]), +1, 3.0) == NOT_REPRODUCED
@@ -78,21 +103,121 @@ def test_tight_interval_around_zero_excludes_a_3pp_paper_effect():
         effect_verdict(tight, +1, 0.0)
     # through the ledger row: the mapped effect is stated in `expected`
     row = evaluate_claim(_claim([-0.4, 0.3, 0.1, -0.2, 0.2], effect=3.0, effect_basis="mapped so"))
-    assert row["verdict"] == EFFECT_EXCLUDED and row["expected"] == "> 0; paper's effect +3 pp (mapped so)"
+    assert row["verdict"] == NO_EFFECT and row["expected"] == "> 0; paper's effect +3 pp (mapped so)"
     # no mapped effect: the stated minimal effect of the unit
     row = evaluate_claim(_claim([-0.4, 0.3, 0.1, -0.2, 0.2], sign=-1))
     assert row["expected"] == f"< 0; paper's effect −{ledger.MIN_EFFECT['pp']:g} pp (no paper figure mapped to our " \
         f"scale: minimal effect {ledger.MIN_EFFECT['pp']:g} pp)"
-    assert row["verdict"] == EFFECT_EXCLUDED
-    assert verdict_counts(pd.DataFrame([row]))[(KIND_EMPIRICAL, EFFECT_EXCLUDED)] == 1
+    assert row["verdict"] == NO_EFFECT
+    k = verdict_counts(pd.DataFrame([row]))
+    assert k[(KIND_EMPIRICAL, NO_EFFECT)] == 1 and k["effect excluded"] == 1 and k["empirical decided"] == 1
 
 
-def test_relative_paper_gain_maps_to_pp_at_our_baseline_level():
-    effect, basis = ledger._relative_to_pp(21.5, {0: 0.13, 1: 0.142}, "GRPO")
-    assert effect == pytest.approx(0.215 * 13.6)
-    assert "+21.5 % relative × GRPO's 13.6 %" in basis and "+2.92 pp" in basis
-    assert math.isnan(ledger._relative_to_pp(math.nan, {0: 0.1}, "X")[0])
-    assert math.isnan(ledger._relative_to_pp(21.5, {}, "X")[0])
+def test_sign_shown_but_smaller_is_told_apart_from_no_effect():
+    smaller = evaluate_claim(_claim([-3.99, -2.0, -0.9, -1.7], unit="tokens", sign=-1, effect=10.0, effect_basis="b"))
+    null = evaluate_claim(_claim([-1.0, 0.8, 0.3, -0.4], unit="tokens", sign=-1, effect=10.0, effect_basis="b"))
+    assert smaller["ci95_hi"] < 0 and smaller["verdict"] == SMALLER
+    assert null["ci95_lo"] < 0 < null["ci95_hi"] and null["verdict"] == NO_EFFECT
+    k = verdict_counts(pd.DataFrame([smaller, null]))
+    assert k[SMALLER] == 1 and k[NO_EFFECT] == 1 and k["effect excluded"] == 2 and k["decided"] == 0
+    # unadjusted, the p-values say what the interval says: excludes 0 <=> p_zero < 0.05, below d <=> p_effect < 0.025
+    for r in (smaller, null):
+        assert (r["p_zero"] < 0.05) == (r["ci95_hi"] < 0 or r["ci95_lo"] > 0)
+        assert (r["p_effect"] < 0.025) == (-r["ci95_lo"] < 10.0)
+
+
+# ------------------------------------------------------------------ rows that cannot be scored
+def test_a_zero_width_interval_cannot_be_scored():
+    flat = summarize([0.0, 0.0, 0.0, 0.0])
+    assert flat.lo == flat.hi == 0.0
+    # before: "effect excluded" from an interval with no width; a quantity this coarse shows nothing
+    assert effect_verdict(flat, -1, 1.0) == INCONCLUSIVE
+    assert effect_verdict(summarize([2.0, 2.0, 2.0]), +1, 1.0) == INCONCLUSIVE   # nor "reproduced"
+    # the same difference computed two ways differs in its last bits: still no width
+    assert effect_verdict(summarize([25.000000000000004, 25.0, 24.999999999999996]), +1, 1.0) == INCONCLUSIVE
+    assert math.isnan(t_pvalues(flat, -1, 1.0)[0])
+    row = evaluate_claim(_claim([0.0, 0.0, 0.0, 0.0], sign=-1))
+    assert row["verdict"] == INCONCLUSIVE and "zero width" in row["note"] and math.isnan(row["p_zero_bh"])
+    # one seed one probe task off: an interval, which here cannot exclude 1 pp either
+    assert effect_verdict(summarize([0.0, 0.0, 6.25, 0.0]), -1, 1.0) == INCONCLUSIVE
+
+
+def test_a_quantity_coarser_than_its_effect_cannot_be_scored():
+    vals = [-6.25, -6.25, -6.25, -6.25, -6.25, 0.0]      # one task of a 16-task probe: steps of 6.25 pp
+    s = summarize(vals)
+    assert effect_verdict(s, -1, 1.0) == REPRODUCED       # without the resolution it would be scored ...
+    assert effect_verdict(s, -1, 1.0, resolution=6.25) == INCONCLUSIVE   # ... but 1 pp lies below one step
+    assert effect_verdict(s, -1, 8.0, resolution=6.25) != INCONCLUSIVE   # an effect above one step can be tested
+    row = evaluate_claim(_claim(vals, sign=-1, resolution=6.25))
+    assert row["verdict"] == INCONCLUSIVE and "resolution 6.25 coarser than the effect tested (1)" in row["note"]
+
+
+def test_a_training_dynamic_of_runs_that_do_not_learn_is_not_measurable():
+    falls = [-3.0, -3.2, -2.9, -3.1]                      # would be "reproduced" for a claimed decrease
+    assert evaluate_claim(_claim(falls, sign=-1, learned=True))["verdict"] == REPRODUCED
+    assert evaluate_claim(_claim(falls, sign=-1))["verdict"] == REPRODUCED            # not a dynamic
+    row = evaluate_claim(_claim(falls, sign=-1, learned=False))
+    assert row["verdict"] == NOT_MEASURABLE and row["note"].startswith("not measurable:")
+    assert math.isnan(row["p_zero"])                      # not a test: outside the multiplicity family
+    rows = [row, evaluate_claim(_claim(falls, sign=-1))]
+    k = verdict_counts(pd.DataFrame(rows))
+    assert k[NOT_MEASURABLE] == 1 and k[(KIND_EMPIRICAL, NOT_MEASURABLE)] == 1
+    assert k["empirical decided"] == 1 and k[INCONCLUSIVE] == 0       # counted apart from both
+    assert "1 not measurable at this scale" in ledger.counts_text(pd.DataFrame(rows))
+
+
+# ------------------------------------------------------------------ multiplicity
+def test_benjamini_hochberg_against_statsmodels_and_by_hand():
+    from statsmodels.stats.multitest import multipletests
+
+    p = [0.001, 0.008, 0.039, 0.041, 0.042, 0.06, 0.074, 0.205]
+    # by hand: p_(i) m / i, then the running minimum from the largest p down
+    assert bh_adjust(p) == pytest.approx([0.008, 0.032, 0.0672, 0.0672, 0.0672, 0.08, 0.08457142857142857, 0.205])
+    assert bh_adjust(p) == pytest.approx(list(multipletests(p, method="fdr_bh")[1]), rel=1e-15)
+    # rows that are not tested (NaN) keep NaN and do not enlarge the family
+    with_gaps = bh_adjust([math.nan, *p[:4], math.nan])
+    assert math.isnan(with_gaps[0]) and math.isnan(with_gaps[-1])
+    assert with_gaps[1:5] == pytest.approx(list(multipletests(p[:4], method="fdr_bh")[1]))
+
+
+def test_the_verdicts_use_the_adjusted_p_values():
+    marginal = _claim([1.2, 2.3, 0.4, 1.9], id="marginal", effect=1.0, effect_basis="b")
+    alone = evaluate_claim(marginal)
+    assert alone["ci95_lo"] > 0 and alone["verdict"] == REPRODUCED and alone["p_zero_bh"] == alone["p_zero"]
+    nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(4)], id=f"null{i}", effect=1.0,
+                    effect_basis="b") for i in range(15)]
+    rows = ledger.evaluate_family([marginal, *nulls])
+    r = rows[0]
+    assert r["p_zero"] == alone["p_zero"] and r["p_zero_bh"] > 0.05
+    assert r["verdict"] == INCONCLUSIVE                   # its interval still excludes 0: adjusted, not enough
+    # a row far from 0 survives the same family; a structural row is not in it
+    strong = _claim([5.0, 5.2, 4.9, 5.1], id="strong", effect=1.0, effect_basis="b")
+    struct = _claim([5.0, 5.2, 4.9, 5.1], id="s", kind=KIND_STRUCTURAL, construction="c")
+    rows = ledger.evaluate_family([strong, struct, *nulls])
+    assert rows[0]["verdict"] == REPRODUCED and math.isnan(rows[1]["p_zero_bh"])
+
+
+def test_the_papers_figure_maps_to_our_scale():
+    # a relative gain at our baseline's level (pp of pass@1)
+    m = ledger.paper_effect(PAPER["gain_vs_grpo"], "pp", ledger._level({0: 0.13, 1: 0.142}, 100), "GRPO")
+    assert m["effect"] == pytest.approx(0.215 * 13.6)
+    assert "+21.5 % relative × GRPO's 13.6 % (our mean) = 2.92 pp" in m["effect_basis"]
+    # a figure already in the row's unit (a percent change) maps as it is
+    m = ledger.paper_effect(PAPER["airline_tps_vs_grpo"], "%")
+    assert m["effect"] == pytest.approx(56.0) and "the same unit" in m["effect_basis"]
+    row = evaluate_claim(_claim([-3.0, -6.2, -2.4, -2.8], unit="%", sign=-1, **m))
+    assert row["verdict"] == SMALLER and "paper's effect −56 %" in row["expected"]
+    # percentage points without levels: as they are, only in a pp row
+    assert ledger.paper_effect(PAPER["on_policy_gain"], "pp")["effect"] == pytest.approx(4.0)
+    assert ledger.paper_effect(PAPER["on_policy_gain"], "tokens") == {}
+    # a rate cannot gain beyond its headroom; counts scale by the level in their unit
+    m = ledger.paper_effect(PAPER["airline_exec_success"], "pp", 80.0, "GRPO")
+    assert m["effect"] == pytest.approx(20.0) and "headroom" in m["effect_basis"]
+    assert ledger.paper_effect(PAPER["airline_length"], "tokens", 74.3, "T")["effect"] == \
+        pytest.approx(74.3 * (1 - 1688.8 / 2538.2))
+    # no figure, or no level to carry a relative one: the row falls back to the stated minimal effect
+    assert ledger.paper_effect(PAPER["beats_arpo"], "pp", 10.0, "ARPO") == {}
+    assert ledger.paper_effect(PAPER["airline_length"], "tokens") == {}
 
 
 def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeypatch):

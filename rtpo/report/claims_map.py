@@ -62,8 +62,14 @@ def _ours(r: pd.Series) -> str:
     return f"{x:.4g} [{float(r['ci95_lo']):.4g}, {float(r['ci95_hi']):.4g}]"
 
 
+def _text(v) -> str:
+    return "" if pd.isna(v) else str(v)
+
+
 def claims_map(claims: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim: id, claim, paper, runs, command, evidence file, quantity, ours, verdict."""
+    """One row per claim: id, claim, paper, runs, command, evidence file, quantity, ours, the effect it was
+    tested against (the ledger's `expected`: the paper's sign and its size on our scale, with how it was
+    mapped), verdict and the ledger's note (why a row is structural, cannot be scored, ...)."""
     rows = []
     for _, r in claims.iterrows():
         names = [n.strip() for n in str(r["evidence"]).split(",") if n.strip()]
@@ -77,7 +83,9 @@ def claims_map(claims: pd.DataFrame) -> pd.DataFrame:
                      "evidence": ", ".join(f"`{evidence_file(n)}`" for n in names),
                      "quantity (column)": f"{r['quantity']}" + (f" [{r['unit']}]" if str(r["unit"]) not in ("", "nan") else ""),
                      "ours": _ours(r), "n seeds": int(r["n"]) if not math.isnan(float(r["n"])) else 0,
-                     "verdict": r["verdict"]})
+                     **({"tested effect": _text(r["expected"])} if "expected" in claims.columns else {}),
+                     "verdict": r["verdict"],
+                     **({"note": _text(r["note"])} if "note" in claims.columns else {})})
     return pd.DataFrame(rows)
 
 
@@ -112,13 +120,20 @@ def write_claims_map(tables: str | Path, out: str | Path, source: str | None = N
         "paper the ledger checks: the runs that produce its evidence, the command that makes them (Snakemake "
         "targets, run with `bash scripts/pipeline.sh <targets>`; `tables figures ledger` rebuild the report "
         "from them), the file and quantity read, and what the embedded run showed: our per-seed effect's "
-        "mean with its 95 % interval over seeds, and the verdict by the ledger's stated rule "
-        "(`results/tables/claims.md` quotes the rules). The paper's figure is for reference only.",
+        "mean with its 95 % interval over seeds, the effect it was tested against (the paper's, mapped to "
+        "this scale as the column says, or a stated minimal effect), and the verdict by the ledger's stated rule "
+        "on Benjamini-Hochberg adjusted p-values (`results/tables/claims.md` quotes the rules), with the "
+        "ledger's note.",
         "",
         f"{len(df)} claims: {summary}. Wall-clock claims "
         "are in `results/tables/timing_claims.md` (machine-dependent, not listed here).",
         "",
     ]
+    if "p_zero_bh" not in ledger.columns:
+        head += ["This ledger was written by the verdict rules of the run that made it, before the "
+                 "Benjamini-Hochberg adjustment, the split of 'effect excluded' and the rows that cannot be scored: "
+                 "`python scripts/rescore_ledger.py --tables " + str(tables) + "` re-scores its rows by today's "
+                 "rules; a new run of the DAG writes a ledger by them.", ""]
     lines = _table(df)
     if sweep is not None:
         spath = Path(sweep) / "sweep_claims.csv"

@@ -32,8 +32,9 @@ exactly and the message says so):
                the run's categorical conclusions (verdict, flag, excludes_zero, diagnosis: a changed
                verdict is BEYOND) and text (claim, rule, evidence, note, ...): must be equal; a number
                among them may differ by float rounding only (ROUNDING_REL / ROUNDING_ABS).
-  uncertainty  std, ci95_lo/hi, se, se_eval, se_seeds, diff_std, diff_ci95_lo/hi: the stated
-               uncertainty; they move with their values and are not checked on their own.
+  uncertainty  std, ci95_lo/hi, se, se_eval, se_seeds, diff_std, diff_ci95_lo/hi, and the ledger's
+               p-values (p_zero, p_effect and their _bh adjustments): the stated uncertainty; they move
+               with their values and are not checked on their own (a p-value's decision is the verdict).
   bounded      a value and the stated uncertainty it is checked against (BOUNDS), the bound being
                max(the reference's, the run's):
       mean, ours_mean        the half-width of the row's 95 % t-interval over seeds (ci95_hi - ci95_lo) / 2;
@@ -125,7 +126,9 @@ COLUMN_ROLES: dict[str, str] = {
                           "source", "claim", "paper (Qwen3-8B)", "quantity", "expected", "rule", "evidence", "note",
                           "paper_relative_gain_pct")},
     **{c: UNCERTAINTY for c in ("std", "ci95_lo", "ci95_hi", "se", "se_eval", "se_seeds",
-                                "diff_std", "diff_ci95_lo", "diff_ci95_hi")},
+                                "diff_std", "diff_ci95_lo", "diff_ci95_hi",
+                                # the ledger's p-values move with its values; what they decide is the verdict
+                                "p_zero", "p_effect", "p_zero_bh", "p_effect_bh")},
     **{c: BOUNDED for c in ("mean", "ours_mean", "values", "diff_mean", "diff_values", "rtpo_mean",
                             "baseline_mean", "relative_gain_pct", "task_median", "dev_from_median_pct")},
 }

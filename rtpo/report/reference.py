@@ -84,8 +84,8 @@ at the end of a CPU-default run. The rules, column by column: `rtpo/report/compa
 On the machine below, a rerun gives `verdict: identical`. On another CPU (AVX2 against AVX-512 MKL
 kernels round differently; so does another thread count or torch version) the first differing float
 changes which tokens are sampled and every number downstream is a re-draw: expect `within` and
-`BEYOND [at chance level]` tables, and, for the ablations, which run one seed and so state no
-uncertainty, `BEYOND` "where the table states none". Matching this machine's setting may narrow
+`BEYOND [at chance level]` tables, and, for a cell whose table states no uncertainty for it (a theory
+check, a run of one seed), `BEYOND` "where the table states none". Matching this machine's setting may narrow
 the drift (the same `model.threads` / `sft.threads`, torch version, `MKL_CBWR=COMPATIBLE`,
 `ATEN_CPU_CAPABILITY`); none of that has been tested here.
 
@@ -113,6 +113,16 @@ record), from the repository root:
 It copies exactly the compared files (removing other CSVs here) and rewrites this README with the
 commit, date, CPU model and its avx2 / avx512f flags.
 """
+
+
+def _in_repo(path: str | Path, root: str | Path) -> str:
+    """`path` relative to the repository root, so the README names no directory of the machine that made it;
+    outside the repository, its last two parts (e.g. results/tables)."""
+    p = Path(path).resolve()
+    try:
+        return p.relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return Path(*p.parts[-2:]).as_posix()
 
 
 def make_reference(tables: str | Path, out: str | Path, config: str | Path | None = None,
@@ -145,9 +155,9 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
         from rtpo.config import ROOT as root
     meta = {"commit": commit or git_commit(root),
             "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "from": str(tables)}
+            "from": _in_repo(tables, root)}
     if config is not None and Path(config).is_file():
-        meta["config"] = f"{config} (sha256 {hashlib.sha256(Path(config).read_bytes()).hexdigest()[:16]})"
+        meta["config"] = f"{_in_repo(config, root)} (sha256 {hashlib.sha256(Path(config).read_bytes()).hexdigest()[:16]})"
     meta.update(machine_info())
     atomic_write_text(out / "README.md", reference_readme(meta, files))
     return [*written, out / "README.md"]

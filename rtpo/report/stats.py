@@ -19,7 +19,13 @@ import numpy as np
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
-EFFECT_EXCLUDED = "effect excluded"              # empirical: the CI excludes the paper's (mapped) effect size
+# empirical, the paper's (mapped) effect size excluded: two outcomes a reader must be able to tell apart
+SMALLER = "paper's sign, smaller effect"         # the CI excludes 0 on the paper's side and lies below d
+NO_EFFECT = "no effect of the paper's size"      # the CI holds 0 and lies below d
+EFFECT_EXCLUDED = (SMALLER, NO_EFFECT)
+# empirical: a training dynamic (e.g. "failed trunks get shorter over training") of runs whose training reward
+# does not rise: the paper's mechanism presupposes learning, so nothing here can show or refute it
+NOT_MEASURABLE = "not measurable at this scale"
 BY_CONSTRUCTION = "holds (by construction)"      # structural: the data agree with what the design fixes
 AGAINST_CONSTRUCTION = "contradicts its construction"  # structural: the data contradict it (an implementation bug)
 
@@ -29,7 +35,9 @@ KIND_STRUCTURAL = "structural"                   # holds by construction: never 
 KIND_IMPLEMENTATION = "implementation check"     # a simulation against its own closed form (theory rows)
 KIND_DERIVATION = "derivation check"             # a simulation against the paper's own expression (theory rows)
 KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION)
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, EFFECT_EXCLUDED, INCONCLUSIVE, BY_CONSTRUCTION, AGAINST_CONSTRUCTION)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, BY_CONSTRUCTION,
+            AGAINST_CONSTRUCTION)
+ALPHA = 0.05   # two-sided level of every interval and test (95 % CIs; one-sided tests at ALPHA / 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -100,12 +108,21 @@ def relative_gain(a: float, b: float) -> float:
 
 RULE_EFFECT = (
     "effect (empirical claims): the effect is a per-seed number whose sign the paper claims, and d > 0 is the "
-    "paper's effect size on our scale (the `expected` column states it and how it was mapped; where the paper "
-    "gives no figure that maps, a stated minimal effect). With the 95 % t-interval over seeds taken on the "
-    "paper's side: not reproduced if it excludes 0 on the opposite side; effect excluded if its bound on the "
-    "paper's side is below d, whether or not it excludes 0 (a one-sided t-test at 2.5 % that the effect is "
-    "smaller than the paper's: the upper half of an equivalence / TOST test); reproduced if it excludes 0 on "
-    "the paper's side and not d; otherwise inconclusive. With fewer than 2 seeds: inconclusive.")
+    "paper's effect size on our scale (the `expected` column states it and how it was mapped: the paper's "
+    "relative change times our baseline's level, or its figure as is where it is already in the row's unit; "
+    "where the paper gives no figure, a stated minimal effect). Two tests over seeds (Student t): p_zero, "
+    "two-sided, that the effect is 0; p_effect, one-sided, that it is at least d on the paper's side; each "
+    "Benjamini-Hochberg adjusted over the ledger's scored empirical rows (p_zero_bh, p_effect_bh). not "
+    "reproduced if p_zero_bh < 0.05 with the mean on the opposite side; paper's sign, smaller effect if "
+    "p_zero_bh < 0.05 on the paper's side and p_effect_bh < 0.025 (the sign is shown, the paper's size is "
+    "excluded: the upper half of an equivalence / TOST test); reproduced if p_zero_bh < 0.05 on the paper's "
+    "side and not p_effect_bh < 0.025; no effect of the paper's size if p_zero_bh >= 0.05 and p_effect_bh < "
+    "0.025; otherwise inconclusive. Unadjusted, these are the 95 % t-interval's statements (excludes 0, lies "
+    "below d). A row cannot be scored, and is inconclusive, with fewer than 2 seeds, with an interval of zero "
+    "width (every seed the same value: no spread to test against), or when its quantity moves in steps "
+    "coarser than d (`resolution`, e.g. one task of a 16-task probe). A training dynamic of runs whose "
+    "training reward does not rise (table_learning: its 95 % CI does not exclude 0) is not measurable at this "
+    "scale, counted apart.")
 RULE_EQUIVALENCE = (
     "equivalence(c ± m): the paper claims the quantity equals c. reproduced if the 95 % t-interval over "
     "seeds lies inside [c - m, c + m]; not reproduced if it lies entirely outside; otherwise inconclusive. "
@@ -128,23 +145,75 @@ THEORY_TOO_WIDE = 0.5   # tolerance / |closed form| from which a theory row cann
 NOT_A_CONTRADICTION = ("not a contradiction", "does not contradict")
 
 
-def effect_verdict(s: Summary, sign: int, effect: float) -> str:
+def zero_width(s: Summary) -> bool:
+    """Whether the seeds' values are all the same, up to float rounding (an exact per-seed difference computed
+    two ways differs in its last bits: 25.000000000000004 against 25.0)."""
+    return not math.isnan(s.std) and s.std <= 1e-9 * max(1.0, abs(s.mean))
+
+
+def t_pvalues(s: Summary, sign: int, effect: float) -> tuple[float, float]:
+    """(p_zero, p_effect) of RULE_EFFECT: the two-sided t-test that the mean is 0, and the one-sided t-test of
+    H0 "the effect is at least `effect` on the paper's side" (sign = +1: > 0 claimed, -1: < 0). NaN when the
+    interval cannot be formed (n < 2) or has zero width."""
+    from scipy import stats
+
+    if s.n < 2 or math.isnan(s.std) or zero_width(s):
+        return math.nan, math.nan
+    se = s.std / math.sqrt(s.n)
+    df = s.n - 1
+    p_zero = float(2 * stats.t.sf(abs(s.mean) / se, df))
+    p_effect = float(stats.t.cdf((sign * s.mean - effect) / se, df))
+    return p_zero, p_effect
+
+
+def unscorable(s: Summary, effect: float, resolution: float = math.nan) -> str:
+    """Why an empirical row cannot be scored (RULE_EFFECT), or "" when it can."""
+    if s.n < 2 or math.isnan(s.lo):
+        return f"{s.n} seed(s): no interval"
+    if zero_width(s):
+        return (f"interval of zero width: every seed's value is {s.mean:g}, no spread to test against "
+                "(a quantity this coarse cannot resolve the effect)")
+    if not math.isnan(resolution) and resolution > effect:
+        return (f"resolution {resolution:.3g} coarser than the effect tested ({effect:.3g}): the quantity moves "
+                "in steps larger than the effect it would have to show")
+    return ""
+
+
+def effect_verdict(s: Summary, sign: int, effect: float, resolution: float = math.nan,
+                   p_zero: float | None = None, p_effect: float | None = None) -> str:
     """RULE_EFFECT: the verdict of an empirical signed claim whose paper effect is `effect` (> 0, in the
-    claim's unit, on the paper's side: sign = +1 the paper says the effect is > 0, -1 < 0)."""
+    claim's unit, on the paper's side: sign = +1 the paper says the effect is > 0, -1 < 0). p_zero / p_effect
+    default to the unadjusted t-tests (t_pvalues); the ledger passes their Benjamini-Hochberg adjustment."""
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1, got {sign}")
     if not effect > 0:
         raise ValueError(f"effect must be > 0 (its size on the paper's side), got {effect}")
-    if s.n < 2 or math.isnan(s.lo):
+    if unscorable(s, effect, resolution):
         return INCONCLUSIVE
-    lo, hi = (s.lo, s.hi) if sign > 0 else (-s.hi, -s.lo)   # the interval on the paper's side
-    if hi < 0:
-        return NOT_REPRODUCED
-    if hi < effect:
-        return EFFECT_EXCLUDED
-    if lo > 0:
-        return REPRODUCED
-    return INCONCLUSIVE
+    raw_zero, raw_effect = t_pvalues(s, sign, effect)
+    p_zero = raw_zero if p_zero is None else p_zero
+    p_effect = raw_effect if p_effect is None else p_effect
+    below = p_effect < ALPHA / 2
+    if p_zero < ALPHA:
+        if sign * s.mean < 0:
+            return NOT_REPRODUCED
+        return SMALLER if below else REPRODUCED
+    return NO_EFFECT if below else INCONCLUSIVE
+
+
+def bh_adjust(pvalues: Iterable[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (statsmodels' multipletests, fdr_bh) of a family; NaN entries (rows
+    that are not tested) stay NaN and do not count in the family's size."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = [float(x) for x in pvalues]
+    idx = [i for i, x in enumerate(p) if not math.isnan(x)]
+    out = [math.nan] * len(p)
+    if idx:
+        adj = multipletests([p[i] for i in idx], method="fdr_bh")[1]
+        for i, a in zip(idx, adj):
+            out[i] = float(a)
+    return out
 
 
 def structural_verdict(verdict: str) -> str:

@@ -22,7 +22,9 @@ from typing import Any
 import pandas as pd
 
 from rtpo.report.load import MAIN, Results
-from rtpo.report.stats import NOT_REPRODUCED, problem_summary, summarize
+from rtpo.report.stats import (
+    KIND_EMPIRICAL, NO_EFFECT, NOT_REPRODUCED, REPRODUCED, SMALLER, problem_summary, summarize,
+)
 from rtpo.report.table_base import fmt_value, method_label, ms, tasks_with, to_markdown
 from rtpo.report.tables_main import budget_cells, learning_cells, vanilla_comparisons
 
@@ -160,10 +162,12 @@ def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
         L += ["Rollouts per prompt, E.3's counting (results/tables/table_budget.md): " + "; ".join(parts) + ".", ""]
     # ---- ledger
     k = verdict_counts(ledger)
-    nr = ledger[ledger.verdict == NOT_REPRODUCED].claim_id.tolist()
+    emp = ledger[ledger["kind"] == KIND_EMPIRICAL] if "kind" in ledger.columns else ledger
+    named = [f"{v.capitalize()}: {', '.join(ids)}." for v in (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT)
+             if (ids := emp[emp.verdict == v].claim_id.tolist())]
     L += [f"Claim ledger (results/tables/claims.md): {k['claims']} claims by kind (only empirical ones are "
-          f"evidence for or against the paper): {counts_text(ledger)}."
-          + (f" Not reproduced: {', '.join(nr)}." if nr else ""),
+          f"evidence for or against the paper; verdicts on Benjamini-Hochberg adjusted p-values): "
+          f"{counts_text(ledger)}." + "".join(f" {x}" for x in named),
           "Wall-clock claims and timings are machine-dependent and kept apart: results/tables/timing_claims.md, "
           "results/tables/timing_status.md.", ""]
     return L

@@ -216,7 +216,7 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> None:
 
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Write the sweep's table, claim rows and figure; returns the paths written."""
-    from rtpo.report.ledger import counts_text, evaluate_claim, ledger_display
+    from rtpo.report.ledger import counts_text, evaluate_family, ledger_display
     from rtpo.report.table_base import to_markdown
 
     if not cfg.get("sweep"):
@@ -225,7 +225,7 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     tables_dir.mkdir(parents=True, exist_ok=True)
     df = load_sweep(results, cfg)
     table = horizon_table(df)
-    claims = pd.DataFrame([evaluate_claim(c) for c in sweep_claims(df, cfg)]).drop(columns="timing")
+    claims = pd.DataFrame(evaluate_family(sweep_claims(df, cfg))).drop(columns="timing")
     paths = [tables_dir / "sweep_horizon.csv", tables_dir / "sweep_horizon.md", tables_dir / "sweep_claims.csv",
              tables_dir / "sweep_claims.md", figures_dir / "sweep_horizon.png"]
     atomic_call(paths[0], table.round(4).to_csv, index=False)
