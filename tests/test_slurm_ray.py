@@ -474,3 +474,26 @@ def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_pat
         [(False, "fakenode02", "0,1,2,3,4,5,6,7"), (True, "fakenode01", "0,1,2,3,4,5,6,7")], nodes
     assert (work / "seen_address").read_text().strip() == f"127.0.0.1:{port_of(1000)}"
     assert int((work / "seen_workers").read_text()) == 1
+
+
+RAY = Path(sys.executable).parent / "ray"
+
+
+@pytest.mark.skipif(not RAY.exists(), reason="no real `ray` executable beside this python")
+@pytest.mark.parametrize("token", [False, True])
+def test_a_real_ray_head_is_joined_with_and_without_an_auth_token(tmp_path, token):
+    """The real Ray 2.60 (not the fake): once ~/.ray/auth_token exists (any earlier local ray.init() writes
+    one), `ray start --head` turns token authentication on by itself, while `ray status` (the script's wait)
+    and the driver take the mode only from RAY_AUTH_MODE; the script must give all of them one mode, or the
+    wait is refused and the job ends with exit 3 after RTPO_RAY_WAIT. Loopback only, one CPU."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    if token:
+        (home / ".ray" / "auth_token").write_text("0123456789abcdef" * 4)
+    probe = [sys.executable, "-c", "import ray; ray.init(address='auto'); print('NODES', len(ray.nodes()))"]
+    job = str(3000 + os.getpid() % 900 + (7 if token else 0))  # ports 20000 + 3 x job: apart from the other tests'
+    r = run(tmp_path, "n1", job=job, command=probe, RAY_BIN=str(RAY), HOME=str(home), RTPO_RAY_HEAD_IP="127.0.0.1",
+            RTPO_GPUS_PER_NODE="0", RTPO_CPUS_PER_NODE="1", RTPO_RAY_WAIT="60", RTPO_RAY_POLL="1",
+            RTPO_RAY_TMPDIR=str(Path("/tmp") / f"rtpo-ray-{job}"))
+    assert r.rc == 0, r
+    assert "NODES 1" in r.stdout, r
