@@ -526,7 +526,8 @@ def _isnan(v: Any) -> bool:
 
 def training_steps(cfg: dict[str, Any], method: str, task: str) -> int:
     """The run's `train.steps` after its method section's override and that section's per_task.<task>
-    override (vanilla: 0 = evaluated as is)."""
+    override (vanilla: 0 = evaluated as is). Only for telling whether an absent metrics.jsonl is expected:
+    where a run left its run.json, the report reads the steps from there (Results.run_settings)."""
     m = dict((cfg.get("method") or {}).get(method) or {})
     m.update(((m.pop("per_task", None) or {}).get(task)) or {})
     return int(m.get("steps", (cfg.get("train") or {}).get("steps", 1)))

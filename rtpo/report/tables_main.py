@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from rtpo.report.load import MAIN, Results, benchmark_label, select_window, training_steps
+from rtpo.report.load import MAIN, Results, benchmark_label, select_window
 from rtpo.report.paper_reference import PAPER_COL, PAPER_GAINS
 from rtpo.report.stats import (
     paired, paired_cells, paired_ratio, problem_summary, relative_gain, se_over_seeds, summarize,
@@ -448,7 +448,8 @@ MIN_WINDOW_STEPS = 3                     # fewer steps per fifth: each window is
 
 def trained_methods(res: Results, task: str) -> list[str]:
     """Main-grid methods (config order) that train (steps > 0) and have metrics on `task`."""
-    return [m for m in methods_with(res, task, "steps") if training_steps(res.cfg, m, task) > 0]
+    return [m for m in methods_with(res, task, "steps")
+            if int(((res.run_settings(task, m) or {}).get("train") or {}).get("steps", 0)) > 0]
 
 
 def kl_coef(res: Results, method: str, task: str) -> float:
