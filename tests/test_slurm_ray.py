@@ -497,3 +497,5 @@ def test_a_real_ray_head_is_joined_with_and_without_an_auth_token(tmp_path, toke
             RTPO_RAY_TMPDIR=str(Path("/tmp") / f"rtpo-ray-{job}"))
     assert r.rc == 0, r
     assert "NODES 1" in r.stdout, r
+    # the head's address record is gone with the cluster: a later local ray.init() must not try to join it
+    assert not (Path("/tmp") / f"rtpo-ray-{job}" / "ray_current_cluster").exists(), r

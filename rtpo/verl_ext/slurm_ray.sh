@@ -208,6 +208,11 @@ PIDS=()
 cleanup() {
   for pid in ${PIDS[@]+"${PIDS[@]}"}; do kill "$pid" 2>/dev/null || true; done  # SIGTERM: `ray start --block` shuts down
   wait 2>/dev/null || true
+  # `ray start --head` records its address in <temp dir>/ray_current_cluster and nothing removes it: a later
+  # local ray.init() on this node (verl's, with num_cpus) would then try to join this finished cluster and
+  # fail ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided"). Ours only.
+  local rec="${RTPO_RAY_TMPDIR:-/tmp/ray}/ray_current_cluster"
+  if [[ -f "$rec" ]] && grep -q ":${PORT}\$" "$rec" 2>/dev/null; then rm -f "$rec"; fi
 }
 trap cleanup EXIT
 
