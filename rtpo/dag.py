@@ -83,12 +83,29 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
             need("method", "rtpo", f"'ablations.{study}'")
     for m in abl.get("credit_assignment", {}).get("methods", []):
         need("method", m, "'ablations.credit_assignment.methods'")
+    counts = cfg.get("seed_counts") or {}
+    for t, by_method in counts.items():
+        if t not in cfg["tasks"]:
+            errors.append(f"'seed_counts.{t}' names a task that 'tasks' {cfg['tasks']} does not run")
+        for m in by_method or {}:
+            if m not in cfg["methods"]:
+                errors.append(f"'seed_counts.{t}.{m}' names a method that 'methods' {cfg['methods']} does not run")
+    if counts and [int(s) for s in cfg["seeds"]] != list(range(len(cfg["seeds"]))):
+        # a cell of seed_counts runs 0..n-1: a `seeds` list that is not 0..n-1 would share fewer seeds with it
+        errors.append(f"'seeds' {cfg['seeds']} must be 0..n-1 when 'seed_counts' is set (every cell's seeds "
+                      "start at 0, so that comparisons pair by seed)")
     per_job = int(cfg.get("seeds_per_job", 1))
     if per_job > 1 and cfg["engine"] == "verl":
         errors.append(f"'seeds_per_job' is {per_job}, but the verl engine trains one seed per job (set it to 1)")
     if per_job > 1 and "airline" in cfg["tasks"] and not set(abl["seeds"]) <= set(cfg["seeds"]):
         errors.append(f"'ablations.seeds' {abl['seeds']} must be among 'seeds' {cfg['seeds']} when seeds_per_job > 1 "
                       "(the airline study's runs are main-grid runs, trained in the main grid's seed groups)")
+    airline_counts = (counts.get("airline") or {}) if "airline" in cfg["tasks"] else {}
+    for m, n in airline_counts.items():
+        if per_job > 1 and not set(abl["seeds"]) <= set(range(int(n))):
+            errors.append(f"'ablations.seeds' {abl['seeds']} must be among the {n} seeds of 'seed_counts.airline.{m}' "
+                          "when seeds_per_job > 1 (the airline study's runs are main-grid runs, trained in that "
+                          "cell's seed groups)")
     if cfg.get("sweep"):
         need("env", "search", "'sweep'")
         need("data", "search", "'sweep'")
@@ -112,6 +129,12 @@ class SeedJob:
 
     rule: str
     seeds: tuple[int, ...] | None
+    constraints: tuple[tuple[str, str], ...] = ()  # (wildcard, regex): the cells this group's rule makes
+
+    @property
+    def wildcard_constraints(self) -> dict[str, str]:
+        """The rule's `wildcard_constraints` ({} = the workflow's global ones)."""
+        return dict(self.constraints)
 
     def paths(self, pattern: str) -> list[str]:
         """`pattern` (with "{seed}") for each seed of the job; the pattern itself for the wildcard job."""
@@ -258,6 +281,54 @@ class Dag:
         if len(groups) == 1:
             return [SeedJob(rule, groups[0])]
         return [SeedJob(f"{rule}_{group_label(g).replace('-', 'to')}", g) for g in groups]  # a rule name is a word
+
+    def main_seed_jobs(self, rule: str, method: str | None = None) -> list[SeedJob]:
+        """The jobs of a main-grid per-seed rule family: train_<method> (`method`: its cells, one per task)
+        or evaluate_run (every cell). When every cell has the same seed groups, seed_jobs' rules (no
+        constraint); when seed_counts gives cells different groups (a 5-seed cell at 4 per job: seeds0-3 and
+        seed4; a 3-seed cell: seeds0-2), one rule per group, its {task} (and {method}) wildcards constrained
+        to the cells that have that group, so that no two rules make the same file."""
+        groups: dict[tuple[str, str], set[tuple[int, ...]]] = {}
+        for r in self.experiment.select(MAIN):
+            if method is None or r.method == method:
+                groups.setdefault((r.task, r.method), set()).add(r.seed_group)
+        if self.seeds_per_job == 1 or len({frozenset(g) for g in groups.values()}) <= 1:
+            # one set of groups for every cell (or no main cell: a method only the ablations train)
+            seeds = [s for g in sorted(next(iter(groups.values()), ())) for s in g] or self.seeds
+            return self.seed_jobs(rule, seeds)
+        jobs = []
+        for g in sorted(set().union(*groups.values())):
+            by_method: dict[str, set[str]] = {}
+            for (t, m), gs in groups.items():
+                if g in gs:
+                    by_method.setdefault(m, set()).add(t)
+            # methods whose cells with this group are on the same tasks share a rule: {task} x {method}
+            parts: dict[frozenset, list[str]] = {}
+            for m, ts in by_method.items():
+                parts.setdefault(frozenset(ts), []).append(m)
+            label = group_label(g).replace("-", "to")  # a rule name is a word
+            for tasks, methods in sorted(parts.items(), key=lambda kv: sorted(kv[1])):
+                name = f"{rule}_{label}" if len(parts) == 1 else f"{rule}_{label}_{'_'.join(sorted(methods))}"
+                cons = (("task", keys_regex(tasks)),) + ((("method", keys_regex(methods)),) if method is None else ())
+                jobs.append(SeedJob(name, g, cons))
+        return jobs
+
+    def ablation_seed_jobs(self, rule: str) -> list[SeedJob]:
+        """The jobs of a trained arm's per-seed rule family (ablation_train, ablation_evaluate), the {cell}
+        wildcard constrained to the trained arms: seed_jobs over ablations.seeds when every trained arm
+        runs the same seeds; one rule per seed group when a study's own `seeds` differ (its {cell}
+        constrained to the arms that have that group)."""
+        trained = self.trained_cells()
+        groups = {c.key: frozenset(seed_groups(c.seeds, self.seeds_per_job)) for c in trained}
+        if self.seeds_per_job == 1 or len(set(groups.values())) <= 1:
+            seeds = list(trained[0].seeds) if trained else self.ablation_seeds
+            cons = (("cell", keys_regex(groups)),)
+            return [SeedJob(j.rule, j.seeds, cons) for j in self.seed_jobs(rule, seeds)]
+        jobs = []
+        for g in sorted(set().union(*groups.values())):
+            keys = [k for k, gs in groups.items() if g in gs]
+            jobs.append(SeedJob(f"{rule}_{group_label(g).replace('-', 'to')}", g, (("cell", keys_regex(keys)),)))
+        return jobs
 
     # ------------------------------------------------------------------ settings of the upstream jobs
     def prepare_settings(self, task: str) -> dict[str, Any]:

@@ -162,9 +162,11 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
     seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
 
     def add(study, task, methods, values, key):
+        # a study's own `seeds` (ablations.<study>.seeds) replace ablations.seeds for its arms
+        study_seeds = tuple(int(s) for s in ablations[study].get("seeds", seeds))
         for v in values:
             for m in methods:
-                cells.append(AblationCell(study, study_variant(study, v), task, m, seeds,
+                cells.append(AblationCell(study, study_variant(study, v), task, m, study_seeds,
                                           (f"method.{m}.{key}={v}",), v))
 
     for study in RTPO_STUDIES:
@@ -424,6 +426,8 @@ class Experiment:
         self.tasks = list(cfg.get("tasks", []))
         self.methods = list(cfg.get("methods", []))
         self.seeds = [int(s) for s in cfg.get("seeds", [0])]
+        self.seed_counts = {t: {m: int(n) for m, n in (c or {}).items()}
+                            for t, c in (cfg.get("seed_counts") or {}).items()}
         self.seeds_per_job = int(cfg.get("seeds_per_job", 1))
         self.ablations = cfg.get("ablations") or {}
         self.ablation_seeds = [int(s) for s in self.ablations.get("seeds", self.seeds)]
@@ -438,10 +442,19 @@ class Experiment:
         self.by_key: dict[RunKey, Run] = {r.key: r for r in self.runs}
 
     # ------------------------------------------------------------------ the main grid
+    def cell_seeds(self, task: str, method: str) -> list[int]:
+        """The main-grid seeds of one (task, method) cell: 0..n-1 where `seed_counts.<task>.<method>` is
+        n, else `seeds`. Every cell's seeds start at 0 (rtpo.dag.cross_reference_errors holds `seeds` to
+        0..n-1 when seed_counts is set), so two cells share their first min(n_a, n_b) seeds and a paired
+        comparison pairs those (rtpo.report.stats.paired)."""
+        n = self.seed_counts.get(task, {}).get(method)
+        return list(range(n)) if n is not None else list(self.seeds)
+
     def main_cells(self) -> list[tuple[str, str, int]]:
-        """(task, method, seed) of every main-grid run: tasks x methods x seeds, then the airline study's
-        (every method on airline at the ablation seeds, paper G.1) where the main grid lacks them."""
-        cells = [(t, m, s) for t in self.tasks for m in self.methods for s in self.seeds]
+        """(task, method, seed) of every main-grid run: each (task, method) cell at its seeds (cell_seeds),
+        then the airline study's (every method on airline at the ablation seeds, paper G.1) where the main
+        grid lacks them."""
+        cells = [(t, m, s) for t in self.tasks for m in self.methods for s in self.cell_seeds(t, m)]
         if "airline" in self.tasks and self.ablations:
             have = set(cells)
             cells += [c for c in (("airline", m, s) for m in self.methods for s in self.ablation_seeds)
@@ -476,13 +489,19 @@ class Experiment:
         return {s: g for g in seed_groups(seeds, per) for s in g}
 
     def _runs(self) -> list[Run]:
+        # A run's seed group is the job that trains it: a main cell's own seeds in groups of seeds_per_job
+        # (a 5-seed cell at 4 per job: seeds0-3 and seed4), the airline study's extra seeds in groups of the
+        # ablation seeds, an arm's study seeds in groups of seeds_per_job.
         runs = []
-        main_groups, arm_groups = self._groups(self.seeds), self._groups(self.ablation_seeds)
+        arm_groups = self._groups(self.ablation_seeds)
+        cell_groups = {(t, m): self._groups(self.cell_seeds(t, m)) for t in self.tasks for m in self.methods}
         for t, m, s in self.main_cells():
-            runs.append(Run(RunKey(MAIN, "", t, m, s), (), main_groups.get(s) or arm_groups[s], experiment=self))
+            group = cell_groups.get((t, m), {}).get(s) or arm_groups[s]
+            runs.append(Run(RunKey(MAIN, "", t, m, s), (), group, experiment=self))
         for c in self.arms:
+            groups = self._groups(list(c.seeds))
             for s in c.seeds:
-                runs.append(Run(RunKey(c.study, c.variant, c.task, c.method, s), tuple(c.sets), arm_groups[s],
+                runs.append(Run(RunKey(c.study, c.variant, c.task, c.method, s), tuple(c.sets), groups[s],
                                 c.value, self))
         sweep_groups = self._groups(self.sweep_seeds)
         for c in self.sweep:

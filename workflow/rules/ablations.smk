@@ -15,7 +15,7 @@ plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed 
 """
 
 
-for _job in PIPELINE.seed_jobs("ablation_train", PIPELINE.ablation_seeds):
+for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
     _run = "results/ablations/{cell}/seed{seed}"
 
     rule:
@@ -28,7 +28,7 @@ for _job in PIPELINE.seed_jobs("ablation_train", PIPELINE.ablation_seeds):
             summary=_job.paths(f"{_run}/summary.json"),
             final=[directory(p) for p in _job.paths(f"{_run}/final")],
         wildcard_constraints:
-            cell=TRAINED_CELLS,
+            **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         params:
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
@@ -52,7 +52,7 @@ for _job in PIPELINE.seed_jobs("ablation_train", PIPELINE.ablation_seeds):
             TRAIN_SHELL
 
 
-for _job in PIPELINE.seed_jobs("ablation_evaluate", PIPELINE.ablation_seeds):
+for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
 
     rule:
         name:
@@ -63,7 +63,7 @@ for _job in PIPELINE.seed_jobs("ablation_evaluate", PIPELINE.ablation_seeds):
         output:
             result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
         wildcard_constraints:
-            cell=TRAINED_CELLS,
+            **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         params:
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,

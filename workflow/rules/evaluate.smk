@@ -11,7 +11,7 @@ verl.tensor_parallel_size x verl.eval_replicas GPUs (workflow/profiles/slurm/con
 `--engine` is common.smk's eval_engine.
 """
 
-for _job in PIPELINE.seed_jobs("evaluate_run", PIPELINE.seeds):
+for _job in PIPELINE.main_seed_jobs("evaluate_run"):
 
     rule:
         name:
@@ -21,6 +21,8 @@ for _job in PIPELINE.seed_jobs("evaluate_run", PIPELINE.seeds):
             eval="results/data/{task}/eval.jsonl",
         output:
             result=_job.paths("results/eval/{task}/{method}/seed{seed}.json"),
+        wildcard_constraints:
+            **_job.wildcard_constraints,  # task, method: the cells of this seed group (seed_counts)
         params:
             settings=lambda wildcards: fingerprint(eval_settings(wildcards.method, wildcards.task)),
             config=config_path,

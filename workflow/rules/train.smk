@@ -12,7 +12,7 @@ model.threads (1 on the CPU default: two jobs side by side).
 
 for _method in TRAINABLE:
     _settings, _stamp = main_train_params(_method)
-    for _job in PIPELINE.seed_jobs(f"train_{_method}", PIPELINE.seeds):
+    for _job in PIPELINE.main_seed_jobs(f"train_{_method}", _method):
         _run = f"results/runs/{{task}}/{_method}/seed{{seed}}"
 
         rule:
@@ -24,6 +24,8 @@ for _method in TRAINABLE:
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
+            wildcard_constraints:
+                **_job.wildcard_constraints,  # task: the cells of this seed group (seed_counts)
             params:
                 method=_method,
                 task=lambda wildcards: wildcards.task,
