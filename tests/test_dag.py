@@ -18,6 +18,7 @@ from snakemake.utils import validate
 
 from rtpo import dag, experiment
 from rtpo.config import SCHEMA, data_settings, set_path, task_file_options
+from tests.report_fixture import every_study
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +31,11 @@ def config(name: str) -> dict:
 
 @pytest.fixture(scope="module")
 def cpu() -> dict:
-    return config("config")
+    """The CPU default on one seed list with every study at every arm (tests.report_fixture.every_study): the
+    grid these mechanics are stated on. The shipped config's per-cell seeds: tests/test_seed_counts.py."""
+    cfg = every_study(config("config"))
+    validate(cfg, schema=str(SCHEMA))
+    return cfg
 
 
 def test_fingerprint_is_canonical_and_stamps_are_short():

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, copy_workdir, run_snakemake, workflow_copy
+from tests.report_fixture import cell_seeds, study_seeds
 
 CONFIGS = ["config", "smoke", "paper", "smollm2"]
 FAKE_SLURM = ROOT / "tests" / "fake_slurm"
@@ -61,9 +62,22 @@ def dry_run_jobs(output: str) -> list[dict[str, str]]:
 
 def ablation_arm_count(cfg: dict) -> int:
     """Ablation (variant, method) arms, counted from the config independently of the workflow."""
-    a = cfg["ablations"]
-    n = sum(len(a[s]["values"]) for s in ("group_size", "sync", "continuation") if s in a)
-    return n + (len(a["credit_assignment"]["methods"]) if "credit_assignment" in a else 0)
+    return len(ablation_arms(cfg))
+
+
+def ablation_arms(cfg: dict) -> list[tuple[str, str, list[int]]]:
+    """(study, "<variant dir>/<task>/<method>" prefix, seeds) of every arm, from the config alone."""
+    a, out = cfg["ablations"], []
+    names = {"group_size": lambda v: f"G{v}", "sync": lambda v: str(v).replace(":", "-"),
+             "continuation": str, "credit_assignment": lambda v: f"psi-{v}".replace(":", "-")}
+    for s in ("group_size", "sync", "continuation"):
+        if s in a:
+            out += [(s, f"{names[s](v)}/{a[s]['task']}/rtpo", study_seeds(cfg, s)) for v in a[s]["values"]]
+    if "credit_assignment" in a:
+        ca = a["credit_assignment"]
+        out += [("credit_assignment", f"{names['credit_assignment'](ca['psi'])}/{ca['task']}/{m}",
+                 study_seeds(cfg, "credit_assignment")) for m in ca["methods"]]
+    return out
 
 
 def seed_jobs(cfg: dict, seeds: list) -> int:
@@ -94,16 +108,20 @@ def test_dry_run_of_every_config(wf, name):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
     cfg = load(name)
-    grid = len(cfg["tasks"]) * seed_jobs(cfg, cfg["seeds"])
+    # one job per seed group of each (task, method) cell, at the cell's own seeds (seed_counts)
     for m in cfg["methods"]:
-        assert count_by_family(counts, f"train_{m}") == grid, (m, counts)
-    assert count_by_family(counts, "evaluate_run") == grid * len(cfg["methods"])
-    # copied arms: one job per ablation seed; trained arms: their seed groups over the ablation seeds
+        want = sum(seed_jobs(cfg, cell_seeds(cfg, t, m)) for t in cfg["tasks"])
+        assert count_by_family(counts, f"train_{m}") == want, (m, counts)
+    assert count_by_family(counts, "evaluate_run") == sum(seed_jobs(cfg, cell_seeds(cfg, t, m))
+                                                          for t in cfg["tasks"] for m in cfg["methods"])
+    # copied arms: one job per seed of their study; trained arms: their seed groups over the study's seeds
     copied, trained = counts.get("ablation_reuse_run", 0), count_by_family(counts, "ablation_train")
     assert copied == counts.get("ablation_reuse_eval", 0) and trained == count_by_family(counts, "ablation_evaluate")
-    n_abl = len(cfg["ablations"]["seeds"])
-    assert copied % n_abl == 0 and trained % seed_jobs(cfg, cfg["ablations"]["seeds"]) == 0
-    assert copied // n_abl + trained // seed_jobs(cfg, cfg["ablations"]["seeds"]) == ablation_arm_count(cfg)
+    reused = {j["output"].split("/seed")[0] for j in dry_run_jobs(r.stdout) if j["rule"] == "ablation_reuse_run"}
+    arms = ablation_arms(cfg)
+    is_copy = [f"results/ablations/{s}/{key}" in reused for s, key, _ in arms]
+    assert copied == sum(len(seeds) for (_, _, seeds), c in zip(arms, is_copy) if c)
+    assert trained == sum(seed_jobs(cfg, seeds) for (_, _, seeds), c in zip(arms, is_copy) if not c)
     assert counts["prepare_data"] == 3 and counts["base_model"] == 1 and counts["theory"] == 1
     assert counts.get("tokenizer", 0) == (1 if cfg["model"]["source"] == "tiny" else 0)
     for rule in REPORT_RULES | {"all"}:
@@ -160,20 +178,25 @@ def test_cpu_default_reuses_identical_ablation_variants(wf):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
     cfg = load("config")
-    seeds, main_seeds = cfg["ablations"]["seeds"], cfg["seeds"]
     G = cfg["method"]["rtpo"]["group_size"]
     assert G in cfg["ablations"]["group_size"]["values"] and 2 != G
-    assert set(seeds) < set(main_seeds)
-    for s in main_seeds:
-        for key in (f"group_size/G{G}/airline/rtpo/seed{s}", f"sync/per_stage/search/rtpo/seed{s}",
-                    f"continuation/on_policy/search/rtpo/seed{s}"):
+    twins = {"group_size": (f"G{G}", "airline"), "sync": ("per_stage", "search"), "continuation": ("on_policy", "search")}
+    for study, (variant, task) in twins.items():
+        if study not in cfg["ablations"]:
+            continue
+        seeds, main_seeds = study_seeds(cfg, study), cell_seeds(cfg, task, "rtpo")
+        assert set(seeds) <= set(main_seeds)
+        for s in sorted(set(seeds) | set(main_seeds) | {max(main_seeds) + 1}):
+            key = f"{study}/{variant}/{task}/rtpo/seed{s}"
             if s in seeds:
                 assert rules[f"results/ablations/{key}/summary.json"] == "ablation_reuse_run", key
             else:
                 assert f"results/ablations/{key}/summary.json" not in rules, key
-    trained = {f"group_size/G2/airline/rtpo", "sync/kl-0.01/search/rtpo", "continuation/off_policy/search/rtpo",
-               "credit_assignment/psi-full/math/grpo"}
-    for key in trained:
+    trained = [(s, key, seeds) for s, key, seeds in ablation_arms(cfg)
+               if not (s in twins and key.startswith(f"{twins[s][0]}/"))]
+    assert {s for s, _, _ in trained} >= {"group_size", "continuation", "credit_assignment"}
+    for study, key, seeds in trained:
+        key = f"{study}/{key}"
         got = {int(m) for f in rules if f.startswith(f"results/ablations/{key}/") for m in re.findall(r"seed(\d+)", f)}
         assert got == set(seeds), (key, got)
         for s in seeds:
@@ -184,7 +207,7 @@ def test_cpu_default_reuses_identical_ablation_variants(wf):
     r = run_snakemake(wf, "-n", "--configfile", "config/noreuse.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
-    assert count_by_family(counts, "ablation_train") == ablation_arm_count(cfg) * seed_jobs(cfg, seeds)
+    assert count_by_family(counts, "ablation_train") == sum(seed_jobs(cfg, seeds) for _, _, seeds in ablation_arms(cfg))
     assert "ablation_reuse_run" not in counts
 
 
@@ -192,6 +215,7 @@ def test_seed_group_jobs_train_and_evaluate_several_seeds(wf):
     """seeds_per_job > 1: one job per (task, method) and seed group, outputs and logs per seed, the
     rule named after the group when a cell's seeds take several jobs."""
     cfg = load("config")
+    cfg.pop("seed_counts", None)  # one seed list for every cell (per-cell counts: tests/test_seed_counts.py)
     cfg["seeds"], cfg["seeds_per_job"] = [0, 1, 2, 3, 4], 3
     (wf / "config" / "groups.yaml").write_text(yaml.safe_dump(cfg))
     r = run_snakemake(wf, "-n", "-p", "--configfile", "config/groups.yaml")

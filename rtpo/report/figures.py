@@ -29,7 +29,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from rtpo.atomic import atomic_call  # noqa: E402
 from rtpo.report.load import MAIN, Results, benchmark_label  # noqa: E402
 from rtpo.report.stats import summarize  # noqa: E402
-from rtpo.report.table_base import method_label, methods_with, tasks_with  # noqa: E402
+from rtpo.report.table_base import method_label, methods_with, seed_counts_range, tasks_with  # noqa: E402
 
 _PALETTE = sns.color_palette("colorblind", 10)
 METHOD_COLORS = {"vanilla": _PALETTE[7], "grpo": _PALETTE[0], "tree_grpo": _PALETTE[2], "arpo": _PALETTE[4],
@@ -46,19 +46,20 @@ KL_MIN_TOP = 1e-3  # nats/token: the KL axis's least height, so float round-off 
 VARIANT_COLORS = [_PALETTE[3], _PALETTE[0], _PALETTE[2], _PALETTE[1], _PALETTE[4]]
 
 
-def _n_seeds(res: Results, scope: str = MAIN) -> int:
-    seeds = res.cfg.get("seeds", []) if scope == MAIN else (res.cfg.get("ablations") or {}).get("seeds", [])
-    return len(seeds)
+def _n_seeds(res: Results, scope: str = MAIN) -> str:
+    """How many seeds a scope's cells have: "4", or "3-6" when seed_counts gives cells their own."""
+    lo, hi = seed_counts_range(res.cfg, scope)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def band_note(res: Results) -> str:
     n = _n_seeds(res)
-    return f"lines: mean over {n} seeds; bands: ±1 std" if n > 1 else "one seed: no bands"
+    return f"lines: mean over {n} seeds; bands: ±1 std" if n != "1" else "one seed: no bands"
 
 
 def bar_note(res: Results, scope: str = MAIN) -> str:
     n = _n_seeds(res, scope)
-    return f"mean over {n} seeds, error bars ±1 std" if n > 1 else "one seed: no error bars"
+    return f"mean over {n} seeds, error bars ±1 std" if n != "1" else "one seed: no error bars"
 DPI = 150
 
 

@@ -82,9 +82,36 @@ def diff_ci(by_seed: Mapping[int, float], scale: float = 1.0, digits: int = 1) -
     return f"{head} [{s.lo * scale:+,.{digits}f}, {s.hi * scale:+,.{digits}f}]"
 
 
+def scope_seeds(cfg: Mapping[str, Any], scope: str = MAIN) -> list[int]:
+    """The seeds the config gives a scope: `seeds` for the main grid (a cell of `seed_counts` has its own:
+    seed_phrase), a study's own `seeds` or else `ablations.seeds` for an ablation study."""
+    if scope == MAIN:
+        return list(cfg.get("seeds", []))
+    abl = cfg.get("ablations") or {}
+    return list((abl.get(scope) or {}).get("seeds", abl.get("seeds", [])))
+
+
+def seed_counts_range(cfg: Mapping[str, Any], scope: str = MAIN) -> tuple[int, int]:
+    """(fewest, most) seeds of a scope's cells: the main grid's differ by cell under `seed_counts`."""
+    n = len(scope_seeds(cfg, scope))
+    counts = [int(v) for c in (cfg.get("seed_counts") or {}).values() for v in (c or {}).values()]
+    return (min([n, *counts]), max([n, *counts])) if scope == MAIN else (n, n)
+
+
+def seed_phrase(cfg: Mapping[str, Any], scope: str = MAIN) -> str:
+    """'the seeds [0, 1, 2] (n = 3)', or for a main grid with per-cell counts the default and each exception."""
+    seeds = scope_seeds(cfg, scope)
+    counts = cfg.get("seed_counts") or {}
+    if scope != MAIN or not counts:
+        return f"the seeds {seeds} (n = {len(seeds)})"
+    cells = "; ".join(f"{t}: " + ", ".join(f"{method_label(m)} {n}" for m, n in (c or {}).items())
+                      for t, c in counts.items() if c)
+    return (f"each (task, method) cell's seeds 0..n-1, n = {len(seeds)} except {cells} (config seed_counts; a "
+            "comparison pairs the seeds both cells have)")
+
+
 def seeds_note(res: Results, scope: str = MAIN) -> str:
-    seeds = res.cfg.get("seeds", []) if scope == MAIN else (res.cfg.get("ablations") or {}).get("seeds", [])
-    return (f"mean ± std (ddof = 1) over the seeds {list(seeds)} (n = {len(seeds)}); a single seed shows the "
+    return (f"mean ± std (ddof = 1) over {seed_phrase(res.cfg, scope)}; a single seed shows the "
             "value alone; — = no run or no value (e.g. no successful trajectory).")
 
 
