@@ -24,9 +24,12 @@ Variant names (`study_variant`): group_size 3 -> "G3"; sync "interval:2" -> "int
 "kl-0.01"; continuation "on_policy" -> "on_policy"; credit_assignment's psi "full" -> "psi-full"
 ("truncate:4" -> "psi-truncate-4").
 
-Every ablation arm runs `ablations.seeds`; an arm whose effective settings are the main grid's copies the
-main runs of those seeds instead of training (its runs' `copy_of`), and the ledger adds the main grid's
-other seeds to it. The airline study (paper G.1) is main-grid runs on airline at the ablation seeds.
+A main cell (task, method) runs `seeds`, or 0..n-1 where `seed_counts.<task>.<method>` is n; each cell's
+seeds go to jobs of `seeds_per_job` (its seed groups: a 5-seed cell at 4 per job trains seeds0-3 and seed4).
+Every ablation arm runs its study's `seeds` (default `ablations.seeds`); an arm whose effective settings are
+the main grid's copies the main runs of those seeds instead of training (its runs' `copy_of`), and the ledger
+adds the main grid's other seeds to it. The airline study (paper G.1) is main-grid runs on airline at the
+ablation seeds.
 
 Settings fingerprints (the DAG's params rerun trigger): each job's `settings` param is the canonical JSON of
 exactly the config sections that job reads, from the same functions the job calls

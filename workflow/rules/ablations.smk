@@ -7,7 +7,8 @@ Studies (rtpo.experiment.ablation_cells):
   credit_assignment  the listed methods (RTPO-CA and baselines) under psi=full paper §4.3, Table 2
   airline            every method on airline (main-grid runs)                  paper G.1, Tables 7-9
 Files: results/ablations/<study>/<variant>/<task>/<method>/seed<seed>/ (as a main run) and
-.../<method>/eval_seed<seed>.json (rtpo.experiment). Every arm runs `ablations.seeds`: one identical to the main
+.../<method>/eval_seed<seed>.json (rtpo.experiment). Every arm runs its study's seeds (`ablations.<study>.seeds`,
+default `ablations.seeds`; one rule per seed group when studies differ: rtpo.dag.Dag.ablation_seed_jobs): one identical to the main
 grid's configuration copies the main runs of those seeds (ablation_reuse_*; the ledger adds the main
 grid's other seeds); the others train and evaluate with `--set` overrides, `seeds_per_job` seeds per job (as the main runs: rtpo.dag.SeedJob). The {cell}
 wildcard is a trained arm's key below results/ablations/; {run} / {evalrun} are a copied arm's key

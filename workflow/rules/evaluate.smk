@@ -1,7 +1,8 @@
 """Evaluation: each final checkpoint on every benchmark of its task (`rtpo evaluate`).
 
 One job per (task, method) and seed group (`seeds_per_job`, as training: rule evaluate_run, or
-evaluate_run_seeds0to4 ... when the seeds take several groups; one {seed} wildcard job per seed when
+evaluate_run_seeds0to4 ... when the seeds take several groups; with `seed_counts`, evaluate_run_<group>[_<methods>]
+with {task} and {method} constrained to the cells that have that group; one {seed} wildcard job per seed when
 1). The eval split holds every benchmark of the task (embedded tiers at CPU scale, the real
 benchmarks at paper scale); the eval JSON reports each and the pooled `overall`
 (docs/ARCHITECTURE.md). The method selects the context map psi used at evaluation. The config's

@@ -5,7 +5,8 @@ checkpoint/ (for resuming), final/ (HF model directory) and summary.json (writte
 deleting either reruns that cell's job and what depends on it. `seeds_per_job` (config) seeds train
 in one job, one after the other in one process (rtpo train --seed S1 S2 ...; rtpo.dag.SeedJob): one
 rule per seed group (train_<method> when one group holds every seed, train_<method>_seeds0to4 ...
-otherwise), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
+otherwise; with `seed_counts`, each such rule's {task} constrained to the cells that have its group:
+rtpo.dag.Dag.main_seed_jobs), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
 per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --stamp`, the checkpoint guard. `threads` is
 model.threads (1 on the CPU default: two jobs side by side).
 """
