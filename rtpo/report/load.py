@@ -1,7 +1,7 @@
 """Find and read the files the DAG wrote, as two tidy tables (docs/ARCHITECTURE.md has the schemas).
 
 What to read is the config's experiment (rtpo.experiment, the runs the DAG writes): the main grid and
-every ablation arm over `ablations.seeds` (`report_keys`). The layout and the variant names are
+every ablation arm over its study's seeds (`report_keys`). The layout and the variant names are
 rtpo.experiment's docstring; the theory checks are results/theory/theory_checks.csv (`rtpo theory`).
 
 `load_results(results_dir, cfg)` returns a `Results` with
