@@ -24,7 +24,7 @@ import yaml
 from rtpo.config import ConfigError
 from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
                              data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp,
-                             sweep_data_dir, sweep_data_sets, sweep_model_sets)
+                             UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,6 +95,11 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
         need("method", "rtpo", "'sweep' (its budget)")
         for m in cfg["sweep"]["methods"]:
             need("method", m, "'sweep.methods'")
+        for m in (cfg["sweep"].get("optional") or {}).get("methods") or []:
+            need("method", m, "'sweep.optional.methods'")
+        if cfg["sweep"].get("no_rl", True):
+            need("method", UNTRAINED, "'sweep.no_rl' (the sweep base model evaluated untrained)")
+        errors += sweep_errors(cfg)
     search = SearchData.of(cfg)
     if search.index and not search.corpus:
         errors.append("'data.search.retriever.index' needs 'data.search.corpus' (the corpus it is built from)")

@@ -178,6 +178,8 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
 
 
 SWEEP_BASE = f"{RESULTS}/sweep/models/base"
+UNTRAINED = "vanilla"   # the sweep's no-RL arm: the sweep base model evaluated as is (method.vanilla, steps 0)
+ARM_CONTRAST, ARM_OPTIONAL, ARM_NO_RL = "contrast", "optional", "no-RL"   # SweepCell.arm
 
 
 def sweep_data_dir(hops: int) -> str:
@@ -188,13 +190,16 @@ def sweep_data_dir(hops: int) -> str:
 class SweepCell:
     """One cell of the mechanism sweep: `method` under rollout context map `psi` on search questions of
     exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
-    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides."""
+    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides. `arm`: the
+    2 x 2 contrast (sweep.psi x sweep.methods), an optional arm (sweep.optional: reported per cell, never in
+    the interaction) or the no-RL arm (the sweep base model evaluated untrained)."""
 
     hops: int
     psi: str
     method: str
     seeds: tuple[int, ...]
     sets: tuple
+    arm: str = ARM_CONTRAST
 
     @property
     def variant(self) -> str:  # a sweep run's variant: h<K>/psi-<psi>
@@ -217,7 +222,7 @@ def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
     sw = cfg["sweep"]
     n_train = int(sw.get("n_train", 400))
     return [f"data.search.hops={hops}", f"data.search.n_train={n_train}",
-            f"data.search.n_eval={int(sw.get('n_eval', 60))}",
+            f"data.search.n_eval={int(sw.get('n_eval', 200))}",
             f"sft.demos_per_task={min(int(sw.get('demos_per_hops', 300)), n_train)}",
             f"env.search.max_turns={hops + int(sw.get('extra_turns', 2))}"]
 
@@ -231,31 +236,91 @@ def sweep_model_sets(cfg: Mapping[str, Any]) -> list[str]:
     return [f"model.tiny.max_position={int(cfg['sweep'].get('max_position', 2048))}"]
 
 
-def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
-    """Complete trajectories per prompt of RTPO at horizon K in E.3's count, T (1 + (G - 1) L), with
-    L = K + 1 trunk turns (K searches and the answer): the chains of a flat method in the same cell,
-    so budgets stay matched as K grows (one fixed chain count would favour RTPO more, the longer K)."""
-    c = card("rtpo")
-    return c.trajectories(c.options(method_settings(dict(cfg), "rtpo", "search")["method"]), hops + 1)
-
-
-def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
-    """Every cell of config `sweep`, K-major, then psi, then method ([] without a sweep section). A flat
-    method whose card names its chain option (`budget_key`) gets RTPO's budget at that K."""
+def sweep_errors(cfg: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say about config `sweep` (rtpo.dag.cross_reference_errors reports them with
+    the rest; sweep_cells refuses a config that has any): the contrast is psi = full against at least one
+    lossy psi, and RTPO against at least one flat method whose chains can be matched (its card's
+    budget_key); every horizon K has RTPO's expected trajectories per prompt (sweep.rtpo_trajectories.h<K>)."""
     sw = cfg.get("sweep")
     if not sw:
         return []
+    errors = []
+    psi, methods = [str(p) for p in sw["psi"]], list(sw["methods"])
+    if "full" not in psi or len(psi) < 2:
+        errors.append(f"'sweep.psi' is {psi}: the contrast needs psi 'full' and at least one lossy psi (e.g. "
+                      "[qwen3, full]); other maps go to 'sweep.optional.psi'")
+    if "rtpo" not in methods or not any(card(m).budget_key for m in methods if m != "rtpo"):
+        errors.append(f"'sweep.methods' is {methods}: the contrast needs rtpo and a flat method whose chains can "
+                      "be matched to RTPO's budget (e.g. [rtpo, grpo]); others go to 'sweep.optional.methods'")
+    opt = sw.get("optional") or {}
+    for what, main in (("psi", psi), ("methods", methods)):
+        both = sorted(set(map(str, opt.get(what) or [])) & set(main))
+        if both:
+            errors.append(f"'sweep.optional.{what}' repeats {both} of 'sweep.{what}' (an arm is in the contrast or "
+                          "optional, not both)")
+    if UNTRAINED in methods or UNTRAINED in (opt.get("methods") or []):
+        errors.append(f"'sweep.methods' lists {UNTRAINED}: the no-RL arm is 'sweep.no_rl' (true by default)")
+    table = sw.get("rtpo_trajectories") or {}
+    if any(card(m).budget_key for m in [*methods, *(opt.get("methods") or [])]):
+        missing = [f"h{int(k)}" for k in sw["hops"] if f"h{int(k)}" not in table]
+        if missing:
+            errors.append(f"'sweep.rtpo_trajectories' has no entry {', '.join(missing)}: a flat method's chains at "
+                          "horizon K are round(sweep.rtpo_trajectories.h<K>), RTPO's expected trajectories per prompt")
+    return errors
+
+
+def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
+    """The chains per prompt of a flat method at horizon K: round(sweep.rtpo_trajectories.h<K>), RTPO's
+    expected complete trajectories per prompt at that K in E.3's count (trunks plus the siblings forked at
+    every realised boundary, as the main grid's table_budget counts them). A stated table rather than
+    RTPO's runs: a budget read from RTPO's metrics would make the flat runs' settings, stamps and run.json
+    depend on result files (rtpo.experiment computes them from the config alone) and make every flat run
+    wait for every RTPO seed; the sweep's report sets RTPO's realised count beside each cell and flags a
+    ratio outside 1.0 +- 10 % (rtpo.report.sweep)."""
+    table = cfg["sweep"].get("rtpo_trajectories") or {}
+    key = f"h{int(hops)}"
+    if key not in table:
+        from rtpo.config import ConfigError
+
+        raise ConfigError(f"'sweep.rtpo_trajectories.{key}' is missing: the flat methods' chains at K = {hops} "
+                          "are round(RTPO's expected trajectories per prompt)")
+    return max(1, int(round(float(table[key]))))
+
+
+def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
+    """Every cell of config `sweep`, K-major, then psi (the contrast's, then the optional ones), then the
+    no-RL arm (sweep.no_rl: vanilla, steps 0, under that psi), the contrast's methods and the optional
+    ones ([] without a sweep section). A flat method whose card names its chain option (`budget_key`) gets
+    sweep_budget at that K."""
+    sw = cfg.get("sweep")
+    if not sw:
+        return []
+    errors = sweep_errors(cfg)
+    if errors:
+        from rtpo.config import ConfigError
+
+        raise ConfigError("; ".join(errors))
     seeds = tuple(int(s) for s in sw["seeds"])
     train = [f"train.{k}={json.dumps(v)}" for k, v in sorted((sw.get("train") or {}).items())]
+    opt = sw.get("optional") or {}
+    psis = [(str(p), ARM_CONTRAST) for p in sw["psi"]] + [(str(p), ARM_OPTIONAL) for p in opt.get("psi") or []]
+    methods = [(m, ARM_CONTRAST) for m in sw["methods"]] + [(m, ARM_OPTIONAL) for m in opt.get("methods") or []]
     cells = []
     for k in sw["hops"]:
         turns = sweep_data_sets(cfg, k)[-1]
-        for psi in sw["psi"]:
-            for m in sw["methods"]:
+        for psi, psi_arm in psis:
+            if sw.get("no_rl", True):
+                # untrained whatever train.* says (steps 0 is what makes a run evaluate its base model as is);
+                # no sweep.train override, which it never reads: a changed training budget reruns no evaluation
+                cells.append(SweepCell(int(k), psi, UNTRAINED, seeds,
+                                       (*sweep_model_sets(cfg), turns, f"method.{UNTRAINED}.psi={psi}",
+                                        f"method.{UNTRAINED}.steps=0"), ARM_NO_RL))
+            for m, m_arm in methods:
                 sets = [*sweep_model_sets(cfg), turns, f"method.{m}.psi={psi}", *train]
                 if card(m).budget_key:
                     sets.append(f"method.{m}.per_task.search.{card(m).budget_key}={sweep_budget(cfg, k)}")
-                cells.append(SweepCell(int(k), str(psi), m, seeds, tuple(sets)))
+                arm = ARM_CONTRAST if psi_arm == m_arm == ARM_CONTRAST else ARM_OPTIONAL
+                cells.append(SweepCell(int(k), psi, m, seeds, tuple(sets), arm))
     return cells
 
 
@@ -605,6 +670,7 @@ class Experiment:
 
 __all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
            "variant_name", "study_variant", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
-           "AblationCell", "ablation_cells", "SWEEP_BASE", "sweep_data_dir", "SweepCell", "sweep_data_sets",
-           "sweep_model_sets", "sweep_budget", "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
+           "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
+           "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
+           "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
            "Study", "studies_of", "Experiment"]
