@@ -40,6 +40,7 @@ import copy
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -270,7 +271,7 @@ def sweep_errors(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
-    """The chains per prompt of a flat method at horizon K: round(sweep.rtpo_trajectories.h<K>), RTPO's
+    """The chains per prompt of a flat method at horizon K: sweep.rtpo_trajectories.h<K> rounded, RTPO's
     expected complete trajectories per prompt at that K in E.3's count (trunks plus the siblings forked at
     every realised boundary, as the main grid's table_budget counts them). A stated table rather than
     RTPO's runs: a budget read from RTPO's metrics would make the flat runs' settings, stamps and run.json
@@ -284,7 +285,7 @@ def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
 
         raise ConfigError(f"'sweep.rtpo_trajectories.{key}' is missing: the flat methods' chains at K = {hops} "
                           "are round(RTPO's expected trajectories per prompt)")
-    return max(1, int(round(float(table[key]))))
+    return max(1, math.floor(float(table[key]) + 0.5))   # half up (Python's round() takes 8.5 to 8)
 
 
 def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
