@@ -408,3 +408,15 @@ def test_small_sweep_effects_keep_their_digits_in_the_ledger_grid():
     assert shown["sweep-mismatch-horizon-grpo"].startswith("+0.00")
     gap = df.set_index("claim_id").loc["sweep-gap-horizon-grpo_tis"]
     assert shown["sweep-gap-horizon-grpo_tis"].startswith(f"{gap['ours_mean']:+.2f} [")
+
+
+def test_a_sweep_without_the_no_rl_arm_says_its_learning_is_not_shown(tmp_path):
+    from rtpo.report.sweep import write_sweep
+
+    cfg = _constructed_sweep(no_rl=False, optional={}, seeds=[0, 1, 2])
+    assert "vanilla" not in {c.method for c in sweep_cells(cfg)} and len(sweep_cells(cfg)) == 3 * 2 * 2
+    _plant(tmp_path / "results", cfg, _planted_pass1)
+    write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
+    md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
+    assert "no untrained arm (sweep.no_rl is false)" in md and "shown in" not in md
+    assert "rtpo[qwen3] — (no untrained arm)" in _claims(tmp_path)["sweep-interaction-grpo-qwen3-h2"]["note"]

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.experiment import ARM_CONTRAST, ARM_NO_RL, SWEEP, UNTRAINED, Experiment, RunKey, variant_name
+from rtpo.experiment import SWEEP, UNTRAINED, Experiment, RunKey, variant_name
 from rtpo.methods.cards import card
 from rtpo.report.load import check_run, read_eval_json, read_metrics_jsonl
 from rtpo.report.paper_reference import PaperFigure
@@ -213,6 +213,8 @@ def _contrast(cfg: dict[str, Any]) -> tuple[list[int], list[str], list[str]]:
 
 
 def _fmt_interval(mean: float, lo: float, hi: float) -> str:
+    if math.isnan(mean):
+        return "—"
     if math.isnan(lo):
         return f"{mean:+.1f}"
     return f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]"
@@ -378,13 +380,16 @@ def plot_sweep(table: pd.DataFrame, claims: pd.DataFrame, path: Path) -> None:
 def _table_notes(table: pd.DataFrame) -> list[str]:
     """The table's reading notes: cells whose learning is not shown, and budget ratios beyond the tolerance."""
     out = []
+    if UNTRAINED not in set(table.method):
+        out.append("Learning: no untrained arm (sweep.no_rl is false), so no cell's learning is shown.")
     trained = table[table.learning != ""]
     shown = trained[trained.learning == LEARNING_WORDS[REPRODUCED]]
     rest = trained[trained.learning != LEARNING_WORDS[REPRODUCED]]
-    out.append(f"Learning over the untrained arm (trained − untrained pass@1, paired by seed, the ledger's rule at a "
-               f"minimal {MIN_LEARNING_PP:g} pp, unadjusted): shown in {len(shown)} of {len(trained)} trained cells"
-               + ("." if rest.empty else "; not shown in " + ", ".join(
-                   f"K = {r.K} psi = {r.psi} {r.method} ({r.learning})" for r in rest.itertuples()) + "."))
+    if not trained.empty:
+        out.append(f"Learning over the untrained arm (trained − untrained pass@1, paired by seed, the ledger's rule at a "
+                   f"minimal {MIN_LEARNING_PP:g} pp, unadjusted): shown in {len(shown)} of {len(trained)} trained cells"
+                   + ("." if rest.empty else "; not shown in " + ", ".join(
+                       f"K = {r.K} psi = {r.psi} {r.method} ({r.learning})" for r in rest.itertuples()) + "."))
     flat = table[table.budget_ratio.notna()]
     bad = flat[flat.budget_flag]
     if flat.empty:
