@@ -96,6 +96,9 @@ def test_sweep_cells_keys_arms_and_budgets():
         assert (exp.sweep_train_stamp(c) != e2.sweep_train_stamp(e2.sweep_by_key[c.key])) == (c.method != "vanilla")
         assert (exp.sweep_train_stamp(c) != e3.sweep_train_stamp(e3.sweep_by_key[c.key])) == \
                (c.hops == 3 and c.method in ("grpo", "grpo_tis"))
+    # the optional arms change none of the contrast's runs (the sweep base model reads the contrast's psi only)
+    bare = Experiment(_constructed_sweep(optional={}))
+    assert all(bare.sweep_train_stamp(c) == exp.sweep_train_stamp(exp.sweep_by_key[c.key]) for c in bare.sweep)
     # the data of horizon K: K-hop questions, max_turns K + extra_turns, the sweep's sizes
     d = exp.sweep_data_settings(3)
     assert d["data"]["hops"] == 3 and d["data"]["n_eval"] == cfg["sweep"]["n_eval"] >= 200
