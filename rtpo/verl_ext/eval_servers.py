@@ -219,7 +219,7 @@ def check_gpus(cfg: dict[str, Any], have: int | None = None) -> None:
     if tp > have:
         raise ValueError(f"verl.tensor_parallel_size = {tp} needs {tp} GPUs per evaluation server, but {seen}; "
                          f"lower verl.tensor_parallel_size or request more GPUs for the job "
-                         f"(workflow/profiles/slurm/config.yaml: gpu of evaluate_run / ablation_evaluate)")
+                         f"(workflow/profiles/default/profile.yaml: gpu of evaluate_run / ablation_evaluate)")
     if tp * rep > have:
         raise ValueError(f"verl.tensor_parallel_size = {tp} x verl.eval_replicas = {rep} needs {tp * rep} GPUs, but "
                          f"{seen}; lower verl.eval_replicas or request {tp * rep} GPUs for the job")
