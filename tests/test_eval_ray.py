@@ -60,31 +60,27 @@ def test_auth_mode_follows_slurm_ray_sh(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_driver_joins_the_jobs_head_when_a_ray_token_exists(tmp_path):
+def test_an_evaluation_job_joins_its_own_head_when_a_ray_token_exists(tmp_path):
     """With a token in ~/.ray (any earlier local ray.init() of Ray 2.60 writes one) `ray start --head` turns
-    token authentication on by itself; the evaluation job's driver must then send the mode too. Found in
-    the rehearsal: every evaluation job failed with "InvalidAuthToken"."""
+    token authentication on by itself; the evaluation job's driver must send the mode too, and Ray reads
+    it once, when imported. Found in the rehearsal: every evaluation job failed with "InvalidAuthToken".
+    `join_ray` runs in a fresh process, as `rtpo evaluate` does: HOME holds a token, RAY_AUTH_MODE unset."""
     import subprocess
     import sys
-
-    from rtpo.verl_ext.eval_servers import ray_auth_mode
 
     home = tmp_path / "home"
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text("c0ffee" * 10 + "beef")
-    base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    base["HOME"] = str(home)
-    mode = ray_auth_mode(base)
-    assert mode == "token"
-    head = LocalRayHead({**base, "SLURM_JOB_ID": "117", "RAY_AUTH_MODE": mode}, num_cpus=1, num_gpus=0)
-    driver = ("import ray; ray.init(address=%r, log_to_driver=False); "
-              "print('cpus', ray.cluster_resources().get('CPU')); ray.shutdown()" % head.address)
-    try:
-        ok = subprocess.run([sys.executable, "-c", driver], env={**base, "RAY_AUTH_MODE": mode},
-                            capture_output=True, text=True, timeout=120)
-        assert ok.returncode == 0 and "cpus 1.0" in ok.stdout, ok.stderr[-2000:]
-        # without the mode the same driver is refused: what the fix is for
-        bad = subprocess.run([sys.executable, "-c", driver], env=base, capture_output=True, text=True, timeout=120)
-        assert bad.returncode != 0 and ("Auth" in bad.stderr or "auth" in bad.stderr), bad.stdout + bad.stderr[-2000:]
-    finally:
-        head.stop()
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env.update(HOME=str(home), SLURM_JOB_ID="117")
+    body = ("head = join_ray({}, cpu=False)\n"
+            "import ray\n"
+            "try:\n    print('mode', os.environ.get('RAY_AUTH_MODE'), 'cpus', ray.cluster_resources().get('CPU'))\n"
+            "finally:\n    head.stop()\n")
+    prelude = "import os\nfrom rtpo.verl_ext.eval_servers import join_ray\n"
+    out = subprocess.run([sys.executable, "-c", prelude + body], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and "mode token cpus" in out.stdout, out.stdout + out.stderr[-3000:]
+    # Ray imported before the mode is known: refused with a message, not a driver that waits and fails
+    late = subprocess.run([sys.executable, "-c", "import ray\n" + prelude + body], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert late.returncode != 0 and "imported before this job's authentication mode" in late.stderr, late.stderr[-2000:]
