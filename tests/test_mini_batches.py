@@ -122,3 +122,41 @@ def test_config_key_reaches_the_update_per_method_and_task():
     assert "mini_batches" not in s["method"]                        # a train key, not a method option
     set_path(cfg, "train.mini_batches=2")
     assert update_config(method_settings(cfg, "rtpo", "math")["train"]).mini_batches == 2
+
+
+def test_verl_mini_batch_size_is_prompts_per_step_over_mini_batches():
+    from rtpo.config import load_config
+    from rtpo.verl_ext import startup as st
+    from rtpo.verl_ext.launch import verl_overrides
+
+    def ov(*sets):
+        cfg = load_config("config/paper.yaml", list(sets))
+        return st.parse_overrides(verl_overrides(cfg, "grpo", "airline", 0, "/tmp/run", "/tmp/model", "t", "v",
+                                                 cpu=False))
+
+    n = load_config("config/paper.yaml")["train"]["prompts_per_step"]
+    assert ov()["actor_rollout_ref.actor.ppo_mini_batch_size"] == n        # one optimizer step per training step
+    assert ov()["data.train_batch_size"] == n
+    got = ov("method.grpo.per_task.airline.mini_batches=4")
+    assert got["actor_rollout_ref.actor.ppo_mini_batch_size"] == n // 4 and got["data.train_batch_size"] == n
+    assert ov("method.grpo.per_task.math.mini_batches=4")["actor_rollout_ref.actor.ppo_mini_batch_size"] == n
+    with pytest.raises(ValueError, match=r"method\.grpo\.per_task\.airline\.mini_batches = 3 does not divide "
+                                         rf"train\.prompts_per_step = {n}"):
+        ov("method.grpo.per_task.airline.mini_batches=3")
+
+
+def test_check_config_refuses_a_mini_batch_count_that_does_not_divide(capsys):
+    from rtpo.cli import main
+    from rtpo.config import load_config
+    from rtpo.verl_ext import startup as st
+
+    cfg = load_config("config/paper.yaml", ["method.grpo.mini_batches=3"])
+    rep = st.check_config(cfg)
+    bad = [f for f in rep.all_findings() if f.rule == "mini-batches"]
+    assert {f.cell for f in bad} == {f"grpo/{t}" for t in cfg["tasks"]} | {"credit_assignment/psi-full: grpo/math"}
+    assert not [f for f in rep.all_findings() if f.rule != "mini-batches"]
+    assert {f.key for f in bad} == {"method.grpo.mini_batches"}
+    assert main(["check-config", "--config", "config/paper.yaml", "--set", "method.grpo.mini_batches=3"]) == 2
+    err = capsys.readouterr().err
+    assert "method.grpo.mini_batches = 3 does not divide" in err
+    assert main(["check-config", "--config", "config/paper.yaml", "--set", "method.grpo.mini_batches=2"]) == 0
