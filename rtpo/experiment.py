@@ -70,7 +70,11 @@ TABLE_RUNS = {
     "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
     "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
     "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
+    "table_controls": ("matched_updates", "mismatch"),
 }
+# main-grid methods a table reads on its arms' tasks besides the arms' own (the controls' table shows RTPO
+# beside GRPO-K)
+TABLE_MAIN_METHODS = {"table_controls": ("rtpo",)}
 TABLE_NAMES = tuple(TABLE_RUNS)
 
 
@@ -538,8 +542,9 @@ class Experiment:
         scope = TABLE_RUNS[name]
         if scope == MAIN:
             return self.select(MAIN)
-        arms = self.select(scope)
+        arms = [r for sc in ((scope,) if isinstance(scope, str) else scope) for r in self.select(sc)]
         pairs = {(r.task, r.method) for r in arms}
+        pairs |= {(r.task, m) for r in arms for m in TABLE_MAIN_METHODS.get(name, ())}
         return [r for r in self.select(MAIN) if (r.task, r.method) in pairs] + arms
 
     # ------------------------------------------------------------------ settings
