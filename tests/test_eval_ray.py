@@ -40,3 +40,51 @@ def test_two_evaluation_jobs_on_one_node_get_their_own_ray(tmp_path):
             h.stop()
     for h in heads:
         assert h.proc.poll() is not None and not Path(h.temp_dir).exists()
+
+
+def test_auth_mode_follows_slurm_ray_sh(tmp_path):
+    from rtpo.verl_ext.eval_servers import ray_auth_mode
+
+    home = tmp_path / "home"
+    assert ray_auth_mode({"HOME": str(home)}) is None
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("")
+    assert ray_auth_mode({"HOME": str(home)}) is None  # an empty file is no token
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    assert ray_auth_mode({"HOME": str(home)}) == "token"
+    assert ray_auth_mode({"HOME": str(home), "RAY_AUTH_MODE": "disabled"}) == "disabled"  # the user's wins
+    assert ray_auth_mode({"HOME": "/nonexistent", "RAY_AUTH_TOKEN": "t" * 64}) == "token"
+    tok = tmp_path / "tok"
+    tok.write_text("b" * 64)
+    assert ray_auth_mode({"HOME": "/nonexistent", "RAY_AUTH_TOKEN_PATH": str(tok)}) == "token"
+
+
+@pytest.mark.slow
+def test_a_driver_joins_the_jobs_head_when_a_ray_token_exists(tmp_path):
+    """With a token in ~/.ray (any earlier local ray.init() of Ray 2.60 writes one) `ray start --head` turns
+    token authentication on by itself; the evaluation job's driver must then send the mode too. Found in
+    the rehearsal: every evaluation job failed with "InvalidAuthToken"."""
+    import subprocess
+    import sys
+
+    from rtpo.verl_ext.eval_servers import ray_auth_mode
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("c0ffee" * 10 + "beef")
+    base = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    base["HOME"] = str(home)
+    mode = ray_auth_mode(base)
+    assert mode == "token"
+    head = LocalRayHead({**base, "SLURM_JOB_ID": "117", "RAY_AUTH_MODE": mode}, num_cpus=1, num_gpus=0)
+    driver = ("import ray; ray.init(address=%r, log_to_driver=False); "
+              "print('cpus', ray.cluster_resources().get('CPU')); ray.shutdown()" % head.address)
+    try:
+        ok = subprocess.run([sys.executable, "-c", driver], env={**base, "RAY_AUTH_MODE": mode},
+                            capture_output=True, text=True, timeout=120)
+        assert ok.returncode == 0 and "cpus 1.0" in ok.stdout, ok.stderr[-2000:]
+        # without the mode the same driver is refused: what the fix is for
+        bad = subprocess.run([sys.executable, "-c", driver], env=base, capture_output=True, text=True, timeout=120)
+        assert bad.returncode != 0 and ("Auth" in bad.stderr or "auth" in bad.stderr), bad.stdout + bad.stderr[-2000:]
+    finally:
+        head.stop()

@@ -59,6 +59,21 @@ def job_ports(env: dict[str, str] | None = None) -> int:
         return int(sock.getsockname()[1]) if sock.getsockname()[1] < 65533 else 40000
 
 
+def ray_auth_mode(env: dict[str, str] | None = None) -> str | None:
+    """The RAY_AUTH_MODE a Ray head of this job and every driver joining it must share (slurm_ray.sh's
+    rule): the user's, else "token" when a token is there to use (RAY_AUTH_TOKEN, or a non-empty
+    RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token, which any earlier local `ray.init()` of Ray 2.60 writes),
+    else None. `ray start --head` turns token authentication on by itself when such a token exists, but a
+    driver's `ray.init(address=...)` takes the mode only from RAY_AUTH_MODE: without it the driver is
+    refused ("InvalidAuthToken") and the evaluation job fails."""
+    env = os.environ if env is None else env
+    if env.get("RAY_AUTH_MODE"):
+        return env["RAY_AUTH_MODE"]
+    path = env.get("RAY_AUTH_TOKEN_PATH") or str(Path(env.get("HOME") or "/nonexistent") / ".ray" / "auth_token")
+    has_file = Path(path).is_file() and Path(path).stat().st_size > 0
+    return "token" if env.get("RAY_AUTH_TOKEN") or has_file else None
+
+
 class LocalRayHead:
     """A Ray head of this job alone: `ray start --head --block` on job-derived ports (`job_ports`) with
     its own temp dir (/tmp/rtpo-ray-<job>), stopped with the job (terminating it stops the processes it
@@ -276,6 +291,9 @@ class EvalServers:
             kw: dict[str, Any] = {"runtime_env": {"env_vars": {k: env[k] for k in keys if k in env}},
                                   "ignore_reinit_error": True, "log_to_driver": False}
             if not os.environ.get("RAY_ADDRESS"):  # this job's own head: its ports, its temp dir
+                mode = ray_auth_mode()
+                if mode:  # the head and this driver agree on authentication (ray_auth_mode)
+                    os.environ["RAY_AUTH_MODE"] = mode
                 # the CPU harness: logical resources (verl's resource pools ask for a GPU)
                 self._head = LocalRayHead({**os.environ, **env}, *((32, 1) if self.cpu else (None, None)))
                 kw["address"] = self._head.address
