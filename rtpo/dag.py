@@ -23,7 +23,7 @@ import yaml
 
 from rtpo.config import ConfigError
 from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
-                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp,
+                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp, study_tasks,
                              UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
 
 
@@ -76,13 +76,18 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
     abl = cfg["ablations"]
     for study in STUDIES:
         if study in abl:
-            need("env", abl[study]["task"], f"'ablations.{study}.task'")
-            need("data", abl[study]["task"], f"'ablations.{study}.task'")
+            where = f"'ablations.{study}.mini_batches'" if study == "matched_updates" else f"'ablations.{study}.task'"
+            for task in study_tasks(abl, study):
+                need("env", task, where)
+                need("data", task, where)
     for study in RTPO_STUDIES:
         if study in abl:
             need("method", "rtpo", f"'ablations.{study}'")
-    for m in abl.get("credit_assignment", {}).get("methods", []):
-        need("method", m, "'ablations.credit_assignment.methods'")
+    for study in ("credit_assignment", "mismatch"):
+        for m in abl.get(study, {}).get("methods", []):
+            need("method", m, f"'ablations.{study}.methods'")
+    if "matched_updates" in abl:
+        need("method", abl["matched_updates"]["method"], "'ablations.matched_updates.method'")
     per_job = int(cfg.get("seeds_per_job", 1))
     if per_job > 1 and cfg["engine"] == "verl":
         errors.append(f"'seeds_per_job' is {per_job}, but the verl engine trains one seed per job (set it to 1)")
@@ -231,7 +236,7 @@ class Dag:
         tasks = set(self.tasks)
         for study in STUDIES:
             if study in self.ablations:
-                tasks.add(self.ablations[study]["task"])
+                tasks.update(study_tasks(self.ablations, study))
         return sorted(tasks)
 
     def trained_cells(self) -> list[AblationCell]:

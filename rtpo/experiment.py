@@ -52,9 +52,12 @@ MAIN = "main"          # the scope of the main grid's runs (an ablation run's sc
 SWEEP = "sweep"        # the scope of the mechanism sweep's runs
 RESULTS = "results"    # the DAG's results root
 
-# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO
-STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
+# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO. The last
+# two are this artifact's controls, not the paper's: matched_updates (a flat method with as many optimizer steps
+# per training step as RTPO takes, on each of its tasks) and mismatch (methods under psi = full on one task)
+STUDIES = ("group_size", "sync", "continuation", "credit_assignment", "matched_updates", "mismatch")
 RTPO_STUDIES = ("group_size", "sync", "continuation")
+PSI_STUDIES = ("credit_assignment", "mismatch")   # methods under one psi on one task
 TASK_KINDS = ("math", "search", "airline")
 
 # the paper's tables by name (rtpo.report.tables.TABLES, in its order), each a Snakemake target of its own
@@ -68,7 +71,11 @@ TABLE_RUNS = {
     "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
     "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
     "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
+    "table_controls": ("matched_updates", "mismatch"),
 }
+# main-grid methods a table reads on its arms' tasks besides the arms' own (the controls' table shows RTPO
+# beside GRPO-K)
+TABLE_MAIN_METHODS = {"table_controls": ("rtpo",)}
 TABLE_NAMES = tuple(TABLE_RUNS)
 
 
@@ -81,12 +88,22 @@ def variant_name(value: Any) -> str:
 
 
 def study_variant(study: str, value: Any) -> str:
-    """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full."""
+    """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full,
+    mb-4 (matched_updates: 4 mini-batches)."""
     if study == "group_size":
         return f"G{int(value)}"
-    if study == "credit_assignment":
+    if study in PSI_STUDIES:
         return f"psi-{variant_name(value)}"
+    if study == "matched_updates":
+        return f"mb-{int(value)}"
     return variant_name(value)
+
+
+def study_tasks(ablations: Mapping[str, Any], study: str) -> list[str]:
+    """The tasks of one study of config `ablations`: its `task`, or matched_updates' tasks (the keys of its
+    per-task `mini_batches`)."""
+    a = ablations[study]
+    return list(a["mini_batches"]) if study == "matched_updates" else [a["task"]]
 
 
 def run_dir(task: str, method: str, seed: int, scope: str = MAIN, variant: str = "", root: str = RESULTS) -> str:
@@ -172,9 +189,14 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
         if study in ablations:
             a = ablations[study]
             add(study, a["task"], ["rtpo"], a["values"], study)
-    if "credit_assignment" in ablations:
-        a = ablations["credit_assignment"]
-        add("credit_assignment", a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
+    for study in PSI_STUDIES:
+        if study in ablations:
+            a = ablations[study]
+            add(study, a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
+    if "matched_updates" in ablations:   # one arm per task: K = RTPO's realised stage count there
+        a = ablations["matched_updates"]
+        for task, k in a["mini_batches"].items():
+            add("matched_updates", task, [a["method"]], [int(k)], "mini_batches")
     return cells
 
 
@@ -451,12 +473,16 @@ class Variant:
 
 @dataclass(frozen=True)
 class Study:
-    """An ablation study as the report reads it: its task, methods and variants (in config order)."""
+    """An ablation study as the report reads it: its task, methods and variants (in config order). A study
+    over several tasks (matched_updates) has them in `tasks`, `task` is its first; `cells` are its arms'
+    (variant, task, method), for the report of such a study."""
 
     name: str
     task: str
     methods: tuple[str, ...]
     variants: tuple[Variant, ...]
+    tasks: tuple[str, ...] = ()
+    cells: tuple[tuple[str, str, str], ...] = ()
 
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
@@ -476,7 +502,8 @@ def studies_of(cells: Iterable[AblationCell]) -> dict[str, Study]:
         st = out.get(c.study) or Study(c.study, c.task, (), ())
         methods = st.methods if c.method in st.methods else st.methods + (c.method,)
         variants = st.variants if c.variant in st.variant_names() else st.variants + (Variant(c.variant, c.value),)
-        out[c.study] = Study(c.study, c.task, methods, variants)
+        tasks = st.tasks if c.task in st.tasks else st.tasks + (c.task,)
+        out[c.study] = Study(c.study, st.task, methods, variants, tasks, st.cells + ((c.variant, c.task, c.method),))
     return out
 
 
@@ -581,8 +608,9 @@ class Experiment:
         scope = TABLE_RUNS[name]
         if scope == MAIN:
             return self.select(MAIN)
-        arms = self.select(scope)
+        arms = [r for sc in ((scope,) if isinstance(scope, str) else scope) for r in self.select(sc)]
         pairs = {(r.task, r.method) for r in arms}
+        pairs |= {(r.task, m) for r in arms for m in TABLE_MAIN_METHODS.get(name, ())}
         return [r for r in self.select(MAIN) if (r.task, r.method) in pairs] + arms
 
     # ------------------------------------------------------------------ settings
@@ -669,8 +697,8 @@ class Experiment:
         return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
 
 
-__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
-           "variant_name", "study_variant", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
+__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
+           "variant_name", "study_variant", "study_tasks", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
            "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
            "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
            "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",

@@ -328,9 +328,15 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
     """Build the cell's GPU overrides (launch.verl_overrides, cpu=False) and check them (module doc)."""
     from rtpo.config import method_settings
     from rtpo.methods.cards import TURN_ROW_METHODS
-    from rtpo.verl_ext.launch import trainer_mode, verl_overrides
+    from rtpo.verl_ext.launch import mini_batch_problem, trainer_mode, verl_overrides
 
     c = _with_sets(cfg, sets)
+    problem = mini_batch_problem(c, method, task)
+    if problem:   # verl_overrides refuses it too: nothing else of the cell can be built
+        from rtpo.verl_ext.launch import train_key
+
+        return CellReport(label, method, task, {}, None,
+                          [Finding(label, train_key(c, method, task, "mini_batches"), "mini-batches", problem)])
     v = dict(c.get("verl") or {})
     model_dir = (c.get("model") or {}).get("path") or "results/models/base"
     ov = Overrides(parse_overrides(verl_overrides(c, method, task, 0, root / "results" / "check", root / model_dir,
