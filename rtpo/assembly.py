@@ -30,7 +30,8 @@ def update_config(train: dict[str, Any]) -> UpdateConfig:
                         dual_clip_c=float(train["dual_clip_c"]), kl_coef=float(train["kl_coef"]),
                         entropy_coef=float(train.get("entropy_coef", 0.0)),
                         max_grad_norm=float(train["max_grad_norm"]), weight_decay=float(train["weight_decay"]),
-                        epochs=int(train.get("epochs", 1)), micro_batch_tokens=int(train["micro_batch_tokens"]),
+                        epochs=int(train.get("epochs", 1)), mini_batches=int(train.get("mini_batches", 1)),
+                        micro_batch_tokens=int(train["micro_batch_tokens"]),
                         old=str(train.get("old", "recompute")),
                         rollout_is_threshold=float(train.get("rollout_is_threshold", 2.0)))
 

@@ -133,16 +133,28 @@ def cmd_check_config(args) -> int:
     from rtpo.config import ROOT
     from rtpo.verl_ext.startup import check_config, first_error, format_report, load_profile
 
+    def profile_file(given: str, default: str) -> Path | None:
+        """The YAML file of a profile directory (profile.yaml, or the legacy config.yaml) or the file given;
+        None for the default when it is absent (an installed package without the repository)."""
+        p = Path(given)
+        p = p if p.is_absolute() or p.exists() else ROOT / p
+        for f in ([p] if p.is_file() else [p / "profile.yaml", p / "config.yaml"]):
+            if f.is_file():
+                return f
+        if given == default:
+            return None
+        raise FileNotFoundError(f"{given}: no profile.yaml (or config.yaml) there")
+
     cfg = _cfg(args)
     resources, where = None, None
     if args.profile != "none" and cfg.get("engine") == "verl":
-        prof = Path(args.profile)
-        prof = prof if prof.is_absolute() or prof.exists() else ROOT / prof
-        if (prof / "config.yaml").exists() or prof.is_file():
-            resources, where = load_profile(prof), str(prof)
-        elif args.profile != CHECK_PROFILE:
-            raise FileNotFoundError(f"--profile {args.profile}: no config.yaml there")
-    rep = check_config(cfg, resources, profile_name=where or CHECK_PROFILE)
+        # as Snakemake reads them: the site profile, then the workflow profile over it per top-level key
+        files = [f for f in (profile_file(args.profile, CHECK_PROFILE),
+                             profile_file(args.workflow_profile, CHECK_WORKFLOW_PROFILE)) if f is not None]
+        if files:
+            resources, where = load_profile(*files), files[-1]
+            where = str(where.relative_to(ROOT) if where.is_relative_to(ROOT) else where)
+    rep = check_config(cfg, resources, profile_name=where or CHECK_WORKFLOW_PROFILE)
     print(format_report(rep))
     err = first_error(rep)
     if err:
@@ -151,7 +163,8 @@ def cmd_check_config(args) -> int:
     return 0
 
 
-CHECK_PROFILE = "workflow/profiles/slurm"
+CHECK_PROFILE = "slurm"  # the site profile: account, partitions, retries
+CHECK_WORKFLOW_PROFILE = "workflow/profiles/default"  # per-rule resources (set-resources)
 
 
 def cmd_report(args) -> int:
@@ -283,7 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
              "start-up arithmetic of a verl config: every cell's row lengths, token budget, memory, attention "
              "and the Slurm profile's resources (exit 2 naming the cell and key on a failure)")
     sp.add_argument("--profile", default=CHECK_PROFILE,
-                    help="Snakemake profile directory whose set-resources to check (none: skip)")
+                    help="the Slurm site profile (directory or YAML file: default-resources, retries; none: "
+                         "check no profile)")
+    sp.add_argument("--workflow-profile", default=CHECK_WORKFLOW_PROFILE,
+                    help="the workflow profile whose per-rule set-resources to check (read over --profile, "
+                         "as Snakemake does)")
 
     sp = add("report", cmd_report, "tables, figures and the claim ledger from results/ (also: rtpo report "
              "compare|reference|summary|claims-map -h)")

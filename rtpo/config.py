@@ -182,6 +182,11 @@ def _get(cfg: Any, path: list[str]) -> Any:
     return cfg
 
 
+# train.* keys with no schema default: absent, they keep a config's settings (and its runs' stamps) as they
+# were before the key existed; a method section that sets one still overrides train.*
+OPTIONAL_TRAIN_KEYS = ("mini_batches",)
+
+
 def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, Any]:
     """The effective settings of one run: train.* overlaid by method.<name>.* (itself overlaid by
     method.<name>.per_task.<task>.*), plus env.<task>.*.
@@ -197,7 +202,7 @@ def method_settings(cfg: dict[str, Any], method: str, task: str) -> dict[str, An
     per_task = m.pop("per_task", None) or {}
     m.update({k: v for k, v in (per_task.get(task) or {}).items() if k != "per_task"})  # E.3: per-task budgets
     for k in list(m):
-        if k in train:
+        if k in train or k in OPTIONAL_TRAIN_KEYS:
             train[k] = m.pop(k)
     env = copy.deepcopy(cfg["env"][task])
     psi = m.pop("psi", env.get("psi", "full"))

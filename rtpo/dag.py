@@ -23,8 +23,8 @@ import yaml
 
 from rtpo.config import ConfigError
 from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
-                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp,
-                             sweep_data_dir, sweep_data_sets, sweep_model_sets)
+                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp, study_tasks,
+                             UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,13 +76,18 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
     abl = cfg["ablations"]
     for study in STUDIES:
         if study in abl:
-            need("env", abl[study]["task"], f"'ablations.{study}.task'")
-            need("data", abl[study]["task"], f"'ablations.{study}.task'")
+            where = f"'ablations.{study}.mini_batches'" if study == "matched_updates" else f"'ablations.{study}.task'"
+            for task in study_tasks(abl, study):
+                need("env", task, where)
+                need("data", task, where)
     for study in RTPO_STUDIES:
         if study in abl:
             need("method", "rtpo", f"'ablations.{study}'")
-    for m in abl.get("credit_assignment", {}).get("methods", []):
-        need("method", m, "'ablations.credit_assignment.methods'")
+    for study in ("credit_assignment", "mismatch"):
+        for m in abl.get(study, {}).get("methods", []):
+            need("method", m, f"'ablations.{study}.methods'")
+    if "matched_updates" in abl:
+        need("method", abl["matched_updates"]["method"], "'ablations.matched_updates.method'")
     counts = cfg.get("seed_counts") or {}
     for t, by_method in counts.items():
         if t not in cfg["tasks"]:
@@ -112,6 +117,11 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
         need("method", "rtpo", "'sweep' (its budget)")
         for m in cfg["sweep"]["methods"]:
             need("method", m, "'sweep.methods'")
+        for m in (cfg["sweep"].get("optional") or {}).get("methods") or []:
+            need("method", m, "'sweep.optional.methods'")
+        if cfg["sweep"].get("no_rl", True):
+            need("method", UNTRAINED, "'sweep.no_rl' (the sweep base model evaluated untrained)")
+        errors += sweep_errors(cfg)
     search = SearchData.of(cfg)
     if search.index and not search.corpus:
         errors.append("'data.search.retriever.index' needs 'data.search.corpus' (the corpus it is built from)")
@@ -249,7 +259,7 @@ class Dag:
         tasks = set(self.tasks)
         for study in STUDIES:
             if study in self.ablations:
-                tasks.add(self.ablations[study]["task"])
+                tasks.update(study_tasks(self.ablations, study))
         return sorted(tasks)
 
     def trained_cells(self) -> list[AblationCell]:

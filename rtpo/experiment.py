@@ -43,6 +43,7 @@ import copy
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,9 +55,12 @@ MAIN = "main"          # the scope of the main grid's runs (an ablation run's sc
 SWEEP = "sweep"        # the scope of the mechanism sweep's runs
 RESULTS = "results"    # the DAG's results root
 
-# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO
-STUDIES = ("group_size", "sync", "continuation", "credit_assignment")
+# the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO. The last
+# two are this artifact's controls, not the paper's: matched_updates (a flat method with as many optimizer steps
+# per training step as RTPO takes, on each of its tasks) and mismatch (methods under psi = full on one task)
+STUDIES = ("group_size", "sync", "continuation", "credit_assignment", "matched_updates", "mismatch")
 RTPO_STUDIES = ("group_size", "sync", "continuation")
+PSI_STUDIES = ("credit_assignment", "mismatch")   # methods under one psi on one task
 TASK_KINDS = ("math", "search", "airline")
 
 # the paper's tables by name (rtpo.report.tables.TABLES, in its order), each a Snakemake target of its own
@@ -70,7 +74,11 @@ TABLE_RUNS = {
     "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
     "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
     "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
+    "table_controls": ("matched_updates", "mismatch"),
 }
+# main-grid methods a table reads on its arms' tasks besides the arms' own (the controls' table shows RTPO
+# beside GRPO-K)
+TABLE_MAIN_METHODS = {"table_controls": ("rtpo",)}
 TABLE_NAMES = tuple(TABLE_RUNS)
 
 
@@ -83,12 +91,22 @@ def variant_name(value: Any) -> str:
 
 
 def study_variant(study: str, value: Any) -> str:
-    """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full."""
+    """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full,
+    mb-4 (matched_updates: 4 mini-batches)."""
     if study == "group_size":
         return f"G{int(value)}"
-    if study == "credit_assignment":
+    if study in PSI_STUDIES:
         return f"psi-{variant_name(value)}"
+    if study == "matched_updates":
+        return f"mb-{int(value)}"
     return variant_name(value)
+
+
+def study_tasks(ablations: Mapping[str, Any], study: str) -> list[str]:
+    """The tasks of one study of config `ablations`: its `task`, or matched_updates' tasks (the keys of its
+    per-task `mini_batches`)."""
+    a = ablations[study]
+    return list(a["mini_batches"]) if study == "matched_updates" else [a["task"]]
 
 
 def run_dir(task: str, method: str, seed: int, scope: str = MAIN, variant: str = "", root: str = RESULTS) -> str:
@@ -159,7 +177,8 @@ class AblationCell:
 
 
 def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = None) -> list[AblationCell]:
-    """Every ablation arm of config `ablations`, in study order, over `seeds` (default: ablations.seeds).
+    """Every ablation arm of config `ablations`, in study order, each study over its own `seeds` (ablations.<study>.seeds)
+    or else `seeds` (default: ablations.seeds).
     The first three studies vary RTPO; credit assignment trains its `methods` (default RTPO) under `psi`."""
     cells = []
     seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
@@ -176,13 +195,20 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
         if study in ablations:
             a = ablations[study]
             add(study, a["task"], ["rtpo"], a["values"], study)
-    if "credit_assignment" in ablations:
-        a = ablations["credit_assignment"]
-        add("credit_assignment", a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
+    for study in PSI_STUDIES:
+        if study in ablations:
+            a = ablations[study]
+            add(study, a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
+    if "matched_updates" in ablations:   # one arm per task: K = RTPO's realised stage count there
+        a = ablations["matched_updates"]
+        for task, k in a["mini_batches"].items():
+            add("matched_updates", task, [a["method"]], [int(k)], "mini_batches")
     return cells
 
 
 SWEEP_BASE = f"{RESULTS}/sweep/models/base"
+UNTRAINED = "vanilla"   # the sweep's no-RL arm: the sweep base model evaluated as is (method.vanilla, steps 0)
+ARM_CONTRAST, ARM_OPTIONAL, ARM_NO_RL = "contrast", "optional", "no-RL"   # SweepCell.arm
 
 
 def sweep_data_dir(hops: int) -> str:
@@ -193,13 +219,16 @@ def sweep_data_dir(hops: int) -> str:
 class SweepCell:
     """One cell of the mechanism sweep: `method` under rollout context map `psi` on search questions of
     exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
-    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides."""
+    <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides. `arm`: the
+    2 x 2 contrast (sweep.psi x sweep.methods), an optional arm (sweep.optional: reported per cell, never in
+    the interaction) or the no-RL arm (the sweep base model evaluated untrained)."""
 
     hops: int
     psi: str
     method: str
     seeds: tuple[int, ...]
     sets: tuple
+    arm: str = ARM_CONTRAST
 
     @property
     def variant(self) -> str:  # a sweep run's variant: h<K>/psi-<psi>
@@ -222,7 +251,7 @@ def sweep_data_sets(cfg: Mapping[str, Any], hops: int) -> list[str]:
     sw = cfg["sweep"]
     n_train = int(sw.get("n_train", 400))
     return [f"data.search.hops={hops}", f"data.search.n_train={n_train}",
-            f"data.search.n_eval={int(sw.get('n_eval', 60))}",
+            f"data.search.n_eval={int(sw.get('n_eval', 200))}",
             f"sft.demos_per_task={min(int(sw.get('demos_per_hops', 300)), n_train)}",
             f"env.search.max_turns={hops + int(sw.get('extra_turns', 2))}"]
 
@@ -236,31 +265,91 @@ def sweep_model_sets(cfg: Mapping[str, Any]) -> list[str]:
     return [f"model.tiny.max_position={int(cfg['sweep'].get('max_position', 2048))}"]
 
 
-def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
-    """Complete trajectories per prompt of RTPO at horizon K in E.3's count, T (1 + (G - 1) L), with
-    L = K + 1 trunk turns (K searches and the answer): the chains of a flat method in the same cell,
-    so budgets stay matched as K grows (one fixed chain count would favour RTPO more, the longer K)."""
-    c = card("rtpo")
-    return c.trajectories(c.options(method_settings(dict(cfg), "rtpo", "search")["method"]), hops + 1)
-
-
-def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
-    """Every cell of config `sweep`, K-major, then psi, then method ([] without a sweep section). A flat
-    method whose card names its chain option (`budget_key`) gets RTPO's budget at that K."""
+def sweep_errors(cfg: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say about config `sweep` (rtpo.dag.cross_reference_errors reports them with
+    the rest; sweep_cells refuses a config that has any): the contrast is psi = full against at least one
+    lossy psi, and RTPO against at least one flat method whose chains can be matched (its card's
+    budget_key); every horizon K has RTPO's expected trajectories per prompt (sweep.rtpo_trajectories.h<K>)."""
     sw = cfg.get("sweep")
     if not sw:
         return []
+    errors = []
+    psi, methods = [str(p) for p in sw["psi"]], list(sw["methods"])
+    if "full" not in psi or len(psi) < 2:
+        errors.append(f"'sweep.psi' is {psi}: the contrast needs psi 'full' and at least one lossy psi (e.g. "
+                      "[qwen3, full]); other maps go to 'sweep.optional.psi'")
+    if "rtpo" not in methods or not any(card(m).budget_key for m in methods if m != "rtpo"):
+        errors.append(f"'sweep.methods' is {methods}: the contrast needs rtpo and a flat method whose chains can "
+                      "be matched to RTPO's budget (e.g. [rtpo, grpo]); others go to 'sweep.optional.methods'")
+    opt = sw.get("optional") or {}
+    for what, main in (("psi", psi), ("methods", methods)):
+        both = sorted(set(map(str, opt.get(what) or [])) & set(main))
+        if both:
+            errors.append(f"'sweep.optional.{what}' repeats {both} of 'sweep.{what}' (an arm is in the contrast or "
+                          "optional, not both)")
+    if UNTRAINED in methods or UNTRAINED in (opt.get("methods") or []):
+        errors.append(f"'sweep.methods' lists {UNTRAINED}: the no-RL arm is 'sweep.no_rl' (true by default)")
+    table = sw.get("rtpo_trajectories") or {}
+    if any(card(m).budget_key for m in [*methods, *(opt.get("methods") or [])]):
+        missing = [f"h{int(k)}" for k in sw["hops"] if f"h{int(k)}" not in table]
+        if missing:
+            errors.append(f"'sweep.rtpo_trajectories' has no entry {', '.join(missing)}: a flat method's chains at "
+                          "horizon K are round(sweep.rtpo_trajectories.h<K>), RTPO's expected trajectories per prompt")
+    return errors
+
+
+def sweep_budget(cfg: Mapping[str, Any], hops: int) -> int:
+    """The chains per prompt of a flat method at horizon K: sweep.rtpo_trajectories.h<K> rounded, RTPO's
+    expected complete trajectories per prompt at that K in E.3's count (trunks plus the siblings forked at
+    every realised boundary, as the main grid's table_budget counts them). A stated table rather than
+    RTPO's runs: a budget read from RTPO's metrics would make the flat runs' settings, stamps and run.json
+    depend on result files (rtpo.experiment computes them from the config alone) and make every flat run
+    wait for every RTPO seed; the sweep's report sets RTPO's realised count beside each cell and flags a
+    ratio outside 1.0 +- 10 % (rtpo.report.sweep)."""
+    table = cfg["sweep"].get("rtpo_trajectories") or {}
+    key = f"h{int(hops)}"
+    if key not in table:
+        from rtpo.config import ConfigError
+
+        raise ConfigError(f"'sweep.rtpo_trajectories.{key}' is missing: the flat methods' chains at K = {hops} "
+                          "are round(RTPO's expected trajectories per prompt)")
+    return max(1, math.floor(float(table[key]) + 0.5))   # half up (Python's round() takes 8.5 to 8)
+
+
+def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
+    """Every cell of config `sweep`, K-major, then psi (the contrast's, then the optional ones), then the
+    no-RL arm (sweep.no_rl: vanilla, steps 0, under that psi), the contrast's methods and the optional
+    ones ([] without a sweep section). A flat method whose card names its chain option (`budget_key`) gets
+    sweep_budget at that K."""
+    sw = cfg.get("sweep")
+    if not sw:
+        return []
+    errors = sweep_errors(cfg)
+    if errors:
+        from rtpo.config import ConfigError
+
+        raise ConfigError("; ".join(errors))
     seeds = tuple(int(s) for s in sw["seeds"])
     train = [f"train.{k}={json.dumps(v)}" for k, v in sorted((sw.get("train") or {}).items())]
+    opt = sw.get("optional") or {}
+    psis = [(str(p), ARM_CONTRAST) for p in sw["psi"]] + [(str(p), ARM_OPTIONAL) for p in opt.get("psi") or []]
+    methods = [(m, ARM_CONTRAST) for m in sw["methods"]] + [(m, ARM_OPTIONAL) for m in opt.get("methods") or []]
     cells = []
     for k in sw["hops"]:
         turns = sweep_data_sets(cfg, k)[-1]
-        for psi in sw["psi"]:
-            for m in sw["methods"]:
+        for psi, psi_arm in psis:
+            if sw.get("no_rl", True):
+                # untrained whatever train.* says (steps 0 is what makes a run evaluate its base model as is);
+                # no sweep.train override, which it never reads: a changed training budget reruns no evaluation
+                cells.append(SweepCell(int(k), psi, UNTRAINED, seeds,
+                                       (*sweep_model_sets(cfg), turns, f"method.{UNTRAINED}.psi={psi}",
+                                        f"method.{UNTRAINED}.steps=0"), ARM_NO_RL))
+            for m, m_arm in methods:
                 sets = [*sweep_model_sets(cfg), turns, f"method.{m}.psi={psi}", *train]
                 if card(m).budget_key:
                     sets.append(f"method.{m}.per_task.search.{card(m).budget_key}={sweep_budget(cfg, k)}")
-                cells.append(SweepCell(int(k), str(psi), m, seeds, tuple(sets)))
+                arm = ARM_CONTRAST if psi_arm == m_arm == ARM_CONTRAST else ARM_OPTIONAL
+                cells.append(SweepCell(int(k), psi, m, seeds, tuple(sets), arm))
     return cells
 
 
@@ -390,12 +479,16 @@ class Variant:
 
 @dataclass(frozen=True)
 class Study:
-    """An ablation study as the report reads it: its task, methods and variants (in config order)."""
+    """An ablation study as the report reads it: its task, methods and variants (in config order). A study
+    over several tasks (matched_updates) has them in `tasks`, `task` is its first; `cells` are its arms'
+    (variant, task, method), for the report of such a study."""
 
     name: str
     task: str
     methods: tuple[str, ...]
     variants: tuple[Variant, ...]
+    tasks: tuple[str, ...] = ()
+    cells: tuple[tuple[str, str, str], ...] = ()
 
     def variant_names(self) -> list[str]:
         return [v.name for v in self.variants]
@@ -415,7 +508,8 @@ def studies_of(cells: Iterable[AblationCell]) -> dict[str, Study]:
         st = out.get(c.study) or Study(c.study, c.task, (), ())
         methods = st.methods if c.method in st.methods else st.methods + (c.method,)
         variants = st.variants if c.variant in st.variant_names() else st.variants + (Variant(c.variant, c.value),)
-        out[c.study] = Study(c.study, c.task, methods, variants)
+        tasks = st.tasks if c.task in st.tasks else st.tasks + (c.task,)
+        out[c.study] = Study(c.study, st.task, methods, variants, tasks, st.cells + ((c.variant, c.task, c.method),))
     return out
 
 
@@ -537,8 +631,9 @@ class Experiment:
         scope = TABLE_RUNS[name]
         if scope == MAIN:
             return self.select(MAIN)
-        arms = self.select(scope)
+        arms = [r for sc in ((scope,) if isinstance(scope, str) else scope) for r in self.select(sc)]
         pairs = {(r.task, r.method) for r in arms}
+        pairs |= {(r.task, m) for r in arms for m in TABLE_MAIN_METHODS.get(name, ())}
         return [r for r in self.select(MAIN) if (r.task, r.method) in pairs] + arms
 
     # ------------------------------------------------------------------ settings
@@ -625,8 +720,9 @@ class Experiment:
         return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
 
 
-__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
-           "variant_name", "study_variant", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
-           "AblationCell", "ablation_cells", "SWEEP_BASE", "sweep_data_dir", "SweepCell", "sweep_data_sets",
-           "sweep_model_sets", "sweep_budget", "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
+__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
+           "variant_name", "study_variant", "study_tasks", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
+           "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
+           "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
+           "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
            "Study", "studies_of", "Experiment"]

@@ -20,12 +20,13 @@ and sends them where the config's ``logging.backends`` says:
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from rtpo.inputs import RowError, read_jsonl
 
 DEFAULT_BACKENDS = ("console", "tensorboard")
 # verl's Tracking.supported_backend (verl/utils/tracking.py, 0.9.1): what `logging.backends` may name
@@ -164,17 +165,15 @@ class RunTracker:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records; a line that is not a JSON object is an error naming the file and line."""
+    """metrics.jsonl's records ([] when there is none yet); a line that is not a JSON object is an
+    error naming the file and line (rtpo.inputs.read_jsonl, the reader of every JSON Lines input).
+    Non-finite numbers pass: `scalars` leaves them out, as the live writer does."""
+    if not path.exists():
+        return []
     recs = []
-    for i, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{i}: not JSON ({e})") from None
+    for n, rec in read_jsonl(path, finite=False):
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}:{i}: a record must be a JSON object, got {type(rec).__name__}")
+            raise RowError(path, n, f"a record must be a JSON object, got {type(rec).__name__}")
         recs.append(rec)
     return recs
 

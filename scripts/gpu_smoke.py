@@ -834,7 +834,7 @@ def case_eval(s: Smoke) -> Row:
     paper.yaml's tensor parallelism and max_model_len, K, 4096-token turns, psi, samples, temperature
     (`--eval-model` for e.g. results/models/Qwen3-8B). CPU rehearsal: 32-token turns.
     PASS: every task evaluates; tok/s is the figure the Slurm profile's evaluation runtime is derived
-    from (workflow/profiles/slurm/README.md)."""
+    from (slurm/README.md)."""
     if s.eval_problems <= 0:
         raise Skip("--eval-problems 0")
     model = s.eval_model or s.model

@@ -42,7 +42,8 @@ export RTPO_SLURM_ACCOUNT=rehearsal FAKE_SLURM_ACCOUNT=rehearsal RTPO_SLURM_PART
 export RTPO_RAY_HEAD_IP="${RTPO_RAY_HEAD_IP:-127.0.0.1}"
 export RTPO_RAY_POLL=1            # slurm_ray.sh polls the Ray head every second (default 5): start-up counts here
 
-# 3. The paper's command (./slurm is the profile), on the rehearsal config. Every fake node is this machine:
+# 3. The paper's command (./slurm is the site profile; Snakemake adds the workflow profile,
+#    workflow/profiles/default, by itself), on the rehearsal config. Every fake node is this machine:
 #    --jobs 1 (REHEARSAL_JOBS) keeps one job in flight instead of the profile's 40 (a training job holds
 #    ~9 GB RSS: Ray, a vLLM server and its engine, the FSDP workers; two at once hit Ray's OOM killer on 23 GB); the status checks poll every second, not every 40 s. REHEARSAL_SLICE=ci: math with
 #    every method and the credit-assignment study's RTPO-CA arm (psi = full), evaluated (.ci/run).

@@ -29,15 +29,14 @@ SMOKE_TIMEOUT_S = 2400
 
 
 def workflow_copy(dest: Path) -> Path:
-    """A working copy of the pipeline in `dest`: workflow/, config/, environment.yml and the
-    repository's `slurm` profile link. Outputs of runs there land in dest/results, dest/figures."""
+    """A working copy of the pipeline in `dest`: workflow/ (with its workflow profile,
+    workflow/profiles/default), config/, environment.yml and the repository's `slurm` site profile.
+    Outputs of runs there land in dest/results, dest/figures."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copytree(ROOT / "workflow", dest / "workflow", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "config", dest / "config")
     shutil.copy2(ROOT / "environment.yml", dest / "environment.yml")
-    link = ROOT / "slurm"
-    if link.is_symlink():
-        (dest / "slurm").symlink_to(os.readlink(link))
+    shutil.copytree(ROOT / "slurm", dest / "slurm")
     return dest
 
 

@@ -5,6 +5,7 @@
     results/eval/{task}/{method}/seed{seed}.json
     results/ablations/{study}/{variant}/{task}/{method}/seed{seed}/metrics.jsonl (+ summary.json)
     results/ablations/{study}/{variant}/{task}/{method}/eval_seed{seed}.json
+      (matched_updates: one arm per task of its `mini_batches`, train_version rising by K a step)
     results/theory/theory_checks.csv
 with random numbers (seeded) shaped like the real ones: JSONL keys as rtpo.instrument writes them
 (sorted, nulls where a method lacks the notion: an untrained method has no ratio, KL or advantages;
@@ -110,14 +111,17 @@ def write_config(cfg: dict[str, Any], path: str | Path) -> Path:
 def _variant_dir(study: str, value: Any) -> str:
     if study == "group_size":
         return f"G{value}"
-    if study == "credit_assignment":
+    if study in ("credit_assignment", "mismatch"):
         return "psi-" + str(value).replace(":", "-")
+    if study == "matched_updates":
+        return f"mb-{int(value)}"
     return str(value).replace(":", "-")
 
 
 def step_record(rng: random.Random, method: str, task: str, seed: int, step: int, steps: int,
-                group_size: int = 3, sync: str = "per_stage") -> dict[str, Any]:
-    """One metrics.jsonl record as rtpo.train writes it (keys sorted when dumped)."""
+                group_size: int = 3, sync: str = "per_stage", updates: int = 1) -> dict[str, Any]:
+    """One metrics.jsonl record as rtpo.train writes it (keys sorted when dumped); `updates` optimizer steps
+    per training step (train_version counts them)."""
     progress = step / max(1, steps - 1)
     trains = method != "vanilla"
     slope = PLANT_LEARNING * trains * (method != PLANT_FLAT_METHOD)
@@ -165,7 +169,7 @@ def step_record(rng: random.Random, method: str, task: str, seed: int, step: int
                    "tool_calls_per_trunk": trunk_calls / n, "tokens_per_trunk": rng.uniform(20, 60),
                    "tool_success_rate": rng.uniform(0.5, 1.0) if trunk_calls else None,
                    "turns_mean": turns_mean},
-        "lr": 2e-4, "weight_version": step * 3, "train_version": step + 1,
+        "lr": 2e-4, "weight_version": step * 3, "train_version": (step + 1) * updates,
     }
     if trains:
         rec["loss"] = rng.uniform(-0.1, 0.1)
@@ -267,20 +271,25 @@ def make_results_tree(root: str | Path, cfg: dict[str, Any], seed: int = 0, theo
     _plant_exact_gap(res, cfg)
     abl = cfg.get("ablations", {})
     for study, spec in abl.items():
-        if not isinstance(spec, dict) or "task" not in spec:
+        if not isinstance(spec, dict) or ("task" not in spec and study != "matched_updates"):
             continue
-        values = spec.get("values", [spec.get("psi")])
-        for value in values:
+        if study == "matched_updates":   # one arm per task: (value = K, task)
+            arms = [(k_, t, [spec["method"]]) for t, k_ in spec["mini_batches"].items()]
+        else:
+            arms = [(v, spec["task"], spec.get("methods", ["rtpo"])) for v in spec.get("values", [spec.get("psi")])]
+        for value, task, methods in arms:
             vdir = _variant_dir(study, value)
-            for method in spec.get("methods", ["rtpo"]):
+            for method in methods:
                 for s in study_seeds(cfg, study):
-                    base = res / "ablations" / study / vdir / spec["task"] / method
+                    base = res / "ablations" / study / vdir / task / method
                     kw = {"group_size": int(value)} if study == "group_size" else {}
                     if study == "sync":
                         kw["sync"] = str(value)
-                    _write_run(base / f"seed{s}", rng, method, spec["task"], s, _steps(cfg, method, steps), **kw)
+                    if study == "matched_updates":
+                        kw["updates"] = int(value)
+                    _write_run(base / f"seed{s}", rng, method, task, s, _steps(cfg, method, steps), **kw)
                     bonus = PLANT_OFF_BEATS_ON if (study == "continuation" and value == "off_policy") else 0.0
-                    doc = eval_doc(rng, method, spec["task"], s, k, n_eval, str(base / f"seed{s}" / "final"), bonus)
+                    doc = eval_doc(rng, method, task, s, k, n_eval, str(base / f"seed{s}" / "final"), bonus)
                     (base / f"eval_seed{s}.json").write_text(json.dumps(doc, indent=1, sort_keys=True))
     if study_has(abl, "continuation"):
         _plant_continuation(res, cfg)

@@ -25,7 +25,8 @@ from rtpo.verl_ext import launch
 from rtpo.verl_ext import startup as st
 
 PAPER = ROOT / "config" / "paper.yaml"
-PROFILE = ROOT / "workflow" / "profiles" / "slurm"
+# the site profile, then the workflow profile over it (what `snakemake --profile slurm` reads)
+PROFILES = (ROOT / "slurm", ROOT / "workflow" / "profiles" / "default")
 N8B = st.KNOWN_MODELS["Qwen/Qwen3-8B"].params
 
 
@@ -210,7 +211,7 @@ def test_disk_and_step_time_columns_with_their_arithmetic():
     cfg = paper("train.checkpoint_keep=2", "train.steps=20", "train.checkpoint_every=5", "train.prompts_per_step=32",
                 "method.grpo.chains=8", "method.rtpo.trunks=3", "method.rtpo.group_size=4")
     cfg["verl"]["step_tokens_per_gpu_s"] = 1000.0
-    rep = st.check_config(cfg, st.load_profile(PROFILE))
+    rep = st.check_config(cfg, st.load_profile(*PROFILES))
     cells = _cells(rep)
     ckpt = 12 * N8B  # fp32 weights + AdamW's two fp32 moments, no hf_model
     final = 2 * N8B  # Qwen3-8B's bf16
@@ -265,7 +266,7 @@ def test_checkpoint_disk_follows_the_overrides():
 def test_a_run_past_its_jobs_fails_and_the_caps_only_warn(capsys):
     """The E.3-anchored step decides (a failure, rtpo/verl_ext/startup.py job_progress); the step at the
     caps, an upper bound at a stated throughput, only warns."""
-    res = st.load_profile(PROFILE)
+    res = st.load_profile(*PROFILES)
     assert res[st.PROFILE_SETTINGS]["retries"] == 3 and res["train_grpo"]["runtime"] == 1440
     fast = paper()
     fast["verl"]["step_tokens_per_gpu_s"] = 1e6  # the caps well inside the profile's 1440 minutes
@@ -279,7 +280,7 @@ def test_a_run_past_its_jobs_fails_and_the_caps_only_warn(capsys):
     assert not rep.ok and rep.warnings == []
     msgs = {str(f) for f in rep.all_findings() if f.cell == "train_grpo"}
     m = next(x for x in msgs if "grpo/search:" in x)
-    assert m.startswith("train_grpo: workflow/profiles/slurm/config.yaml: set-resources.train_grpo.runtime: grpo/search: "
+    assert m.startswith("train_grpo: workflow/profiles/default/profile.yaml: set-resources.train_grpo.runtime: grpo/search: "
                         "50000 steps at 144 per job (step 9.8 min (E.3 search (rtpo, K 6, 2 trunks) 19.2 min/step x 0.51")
     assert "need 348 jobs > 1 + retries (3); raise the profile's `retries` to 347" in m and m.endswith("[progress]")
     # the CLI on paper.yaml: every job makes progress at the E.3 step; the caps' upper bound warns
@@ -287,6 +288,6 @@ def test_a_run_past_its_jobs_fails_and_the_caps_only_warn(capsys):
 
     assert main(["check-config", "--config", str(PAPER)]) == 0
     out = capsys.readouterr().out
-    assert "every check passes" in out and "WARN train_rtpo: workflow/profiles/slurm" in out
+    assert "every check passes" in out and "WARN train_rtpo: workflow/profiles/default/profile.yaml: set-resources" in out
     assert "[at the caps, an upper bound]" in out
     assert "verl.step_tokens_per_gpu_s = 330 is stated, not measured" in out

@@ -64,7 +64,7 @@ def test_psi_full_turn_rows_get_the_flat_baselines_total_context():
     # check-config says the two bounds are one quantity
     from rtpo.verl_ext.startup import check_config, load_profile
 
-    rep = check_config(cfg, load_profile(ROOT / "workflow" / "profiles" / "slurm"))
+    rep = check_config(cfg, load_profile(ROOT / "slurm", ROOT / "workflow" / "profiles" / "default"))
     cells = {c.cell: c.values for c in rep.cells}
     assert cells["credit_assignment/psi-full: rtpo_ca/math"]["context bound"] == (
         "c_k <= 17408, turn <= 4096 (psi = full: c_k is the episode so far, so episode <= 21504)")

@@ -40,3 +40,47 @@ def test_two_evaluation_jobs_on_one_node_get_their_own_ray(tmp_path):
             h.stop()
     for h in heads:
         assert h.proc.poll() is not None and not Path(h.temp_dir).exists()
+
+
+def test_auth_mode_follows_slurm_ray_sh(tmp_path):
+    from rtpo.verl_ext.eval_servers import ray_auth_mode
+
+    home = tmp_path / "home"
+    assert ray_auth_mode({"HOME": str(home)}) is None
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("")
+    assert ray_auth_mode({"HOME": str(home)}) is None  # an empty file is no token
+    (home / ".ray" / "auth_token").write_text("a" * 64)
+    assert ray_auth_mode({"HOME": str(home)}) == "token"
+    assert ray_auth_mode({"HOME": str(home), "RAY_AUTH_MODE": "disabled"}) == "disabled"  # the user's wins
+    assert ray_auth_mode({"HOME": "/nonexistent", "RAY_AUTH_TOKEN": "t" * 64}) == "token"
+    tok = tmp_path / "tok"
+    tok.write_text("b" * 64)
+    assert ray_auth_mode({"HOME": "/nonexistent", "RAY_AUTH_TOKEN_PATH": str(tok)}) == "token"
+
+
+@pytest.mark.slow
+def test_an_evaluation_job_joins_its_own_head_when_a_ray_token_exists(tmp_path):
+    """With a token in ~/.ray (any earlier local ray.init() of Ray 2.60 writes one) `ray start --head` turns
+    token authentication on by itself; the evaluation job's driver must send the mode too, and Ray reads
+    it once, when imported. Found in the rehearsal: every evaluation job failed with "InvalidAuthToken".
+    `join_ray` runs in a fresh process, as `rtpo evaluate` does: HOME holds a token, RAY_AUTH_MODE unset."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("c0ffee" * 10 + "beef")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env.update(HOME=str(home), SLURM_JOB_ID="117")
+    body = ("head = join_ray({}, cpu=False)\n"
+            "import ray\n"
+            "try:\n    print('mode', os.environ.get('RAY_AUTH_MODE'), 'cpus', ray.cluster_resources().get('CPU'))\n"
+            "finally:\n    head.stop()\n")
+    prelude = "import os\nfrom rtpo.verl_ext.eval_servers import join_ray\n"
+    out = subprocess.run([sys.executable, "-c", prelude + body], env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and "mode token cpus" in out.stdout, out.stdout + out.stderr[-3000:]
+    # Ray imported before the mode is known: refused with a message, not a driver that waits and fails
+    late = subprocess.run([sys.executable, "-c", "import ray\n" + prelude + body], env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert late.returncode != 0 and "imported before this job's authentication mode" in late.stderr, late.stderr[-2000:]

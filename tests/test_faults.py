@@ -812,7 +812,8 @@ def test_dry_run_leaves_git_status_unchanged(tmp_path):
 def test_command_line_set_resources_cannot_send_gpu_jobs_to_the_cpu_partition(tmp_path):
     """A one-rule --set-resources on the command line replaces the profile's whole set-resources
     (Snakemake, not merged): the workflow refuses to start, naming the rules left without a GPU.
-    The README's way -- a copy of the profile, edited -- changes the runtime and keeps the GPUs."""
+    The README's way -- a copy of the workflow profile, edited, given with --workflow-profile -- changes
+    the runtime and keeps the GPUs (and the site profile's account and partitions)."""
     work = workflow_copy(tmp_path / "wf")
     r = run_snakemake(work, "--profile", "slurm", "-n", "--set-resources", "train_rtpo:runtime=2880", env=SLURM_ENV)
     out = r.stdout + r.stderr
@@ -821,11 +822,12 @@ def test_command_line_set_resources_cannot_send_gpu_jobs_to_the_cpu_partition(tm
             "evaluate_run, ablation_train, ablation_evaluate under a Slurm profile with engine: verl") in out, out[-2000:]
     assert "replaces the profile's whole set-resources section" in out
     assert not (work / "results").exists()
-    shutil.copytree(work / "slurm", work / "slurm-long")  # cp -rL slurm slurm-long
-    prof = work / "slurm-long" / "config.yaml"
+    # cp -r workflow/profiles/default long-jobs
+    shutil.copytree(work / "workflow" / "profiles" / "default", work / "long-jobs")
+    prof = work / "long-jobs" / "profile.yaml"
     assert prof.read_text().count("runtime: 1440") == 1
     prof.write_text(prof.read_text().replace("runtime: 1440", "runtime: 2880"))
-    r = run_snakemake(work, "--profile", "./slurm-long", "-n", env=SLURM_ENV)
+    r = run_snakemake(work, "--profile", "slurm", "--workflow-profile", "long-jobs", "-n", env=SLURM_ENV)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     jobs = {}
     for block in r.stdout.split("\nrule ")[1:]:

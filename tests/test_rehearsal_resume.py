@@ -41,10 +41,10 @@ def workdir(tmp: Path, name: str) -> Path:
     wd.mkdir()
     for d in ("workflow", "config", "tests"):
         (wd / d).symlink_to(ROOT / d)
-    prof = yaml.safe_load((ROOT / "workflow/profiles/slurm/config.yaml").read_text())
-    prof.update({"latency-wait": 5, "jobs": 1})
+    prof = yaml.safe_load((ROOT / "slurm/profile.yaml").read_text())  # the site profile; the workflow
+    prof.update({"latency-wait": 5, "jobs": 1})                       # profile comes with workflow/
     (wd / "slurm").mkdir()
-    (wd / "slurm" / "config.yaml").write_text(yaml.safe_dump(prof))
+    (wd / "slurm" / "profile.yaml").write_text(yaml.safe_dump(prof))
     return wd
 
 

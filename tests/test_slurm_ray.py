@@ -29,7 +29,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "rtpo" / "verl_ext" / "slurm_ray.sh"
-PROFILE = ROOT / "workflow" / "profiles" / "slurm" / "config.yaml"
+PROFILE = ROOT / "workflow" / "profiles" / "default" / "profile.yaml"  # the workflow profile: per-rule resources
+SITE_PROFILE = ROOT / "slurm" / "profile.yaml"  # executor, account, partitions
 FAKE = ROOT / "tests" / "fake_slurm"
 # the command the script runs: what it sees, and an exit status the script must hand back
 COMMAND = ["sh", "-c", 'echo "$RAY_ADDRESS" > seen_address; grep -l \'"head": false\' "$FAKE_SLURM_DIR"/ray_nodes/*.json '
@@ -450,7 +451,7 @@ def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_pat
     profile = yaml.safe_load(PROFILE.read_text())
     train = {**profile["set-resources"]["train_grpo"], "nodes": 2, "gpu": 16}
     (work / "prof" / "config.yaml").write_text(yaml.safe_dump({
-        "executor": "slurm", "jobs": 1, "latency-wait": 1, "default-resources": profile["default-resources"],
+        "executor": "slurm", "jobs": 1, "latency-wait": 1, "default-resources": yaml.safe_load(SITE_PROFILE.read_text())["default-resources"],
         "set-resources": {"train_grpo": train}}))
     state = tmp_path / "state"
     env = clean_env()

@@ -23,7 +23,8 @@ from rtpo.verl_ext import startup as st
 from tests.conftest import run_snakemake, workflow_copy
 
 PAPER = ROOT / "config" / "paper.yaml"
-PROFILE = ROOT / "workflow" / "profiles" / "slurm"
+# the site profile, then the workflow profile over it (what `snakemake --profile slurm` reads)
+PROFILES = (ROOT / "slurm", ROOT / "workflow" / "profiles" / "default")
 FLAT = ("grpo", "tree_grpo", "arpo", "seeupo")
 
 
@@ -41,7 +42,7 @@ def failing(rep: st.Report) -> dict[str, set[tuple[str, str]]]:
 
 def test_every_paper_cell_passes_with_its_arithmetic():
     cfg = paper()
-    rep = st.check_config(cfg, st.load_profile(PROFILE))
+    rep = st.check_config(cfg, st.load_profile(*PROFILES))
     assert rep.ok, st.format_report(rep)
     cells = {c.cell: c for c in rep.cells}
     # the main grid (vanilla trains nothing) and the ablation cells the DAG trains
@@ -181,25 +182,25 @@ def test_tensor_parallel_layout():
 
 
 def test_profile_resources_fail_naming_rule_and_key():
-    res = st.load_profile(PROFILE)
+    res = st.load_profile(*PROFILES)
     small = copy.deepcopy(res)
     small["train_grpo"]["gpu"] = 4
     fails = failing(st.check_config(paper(), small))
-    assert fails == {"train_grpo": {("gpu", "workflow/profiles/slurm/config.yaml: set-resources.train_grpo.gpu")}}
+    assert fails == {"train_grpo": {("gpu", "workflow/profiles/default/profile.yaml: set-resources.train_grpo.gpu")}}
     # vLLM sleep level 1 (vllm_keep: the sync interval:2 / kl:0.01 ablations) pins one bf16 copy of the
     # weights per replica in host RAM: 150 GB covers a training job without it, not ablation_train
     for rule in ("train_grpo", "ablation_train"):
         small = copy.deepcopy(res)
         small[rule]["mem_mb"] = 150000
         got = failing(st.check_config(paper(), small))
-        assert got == ({} if rule == "train_grpo" else {rule: {("host memory", f"workflow/profiles/slurm/config.yaml: "
+        assert got == ({} if rule == "train_grpo" else {rule: {("host memory", f"workflow/profiles/default/profile.yaml: "
                                                                                 f"set-resources.{rule}.mem_mb")}})
     rep = st.check_config(paper(), res)
     row = next(r for r in rep.resources if r["rule"] == "ablation_train")
     assert row["host GiB"]["vllm_sleep_level1"] == pytest.approx(4 * 2 * 8.19e9 / 2 ** 30, rel=1e-2)
     small = copy.deepcopy(res)
     small["evaluate_run"]["gpu"] = 2
-    assert ("gpu", "workflow/profiles/slurm/config.yaml: set-resources.evaluate_run.gpu") in \
+    assert ("gpu", "workflow/profiles/default/profile.yaml: set-resources.evaluate_run.gpu") in \
         failing(st.check_config(paper(), small))["evaluate_run"]
 
 
@@ -299,7 +300,7 @@ def test_two_node_rule_without_mpi_fails_naming_the_key():
     """Issue 37.3: without `mpi`, the jobstep plugin runs a two-node job in `srun -n1 --nodes=2`."""
     import copy
 
-    res = st.load_profile(PROFILE)
+    res = st.load_profile(*PROFILES)
     cfg = paper("verl.nnodes=2")
     two = copy.deepcopy(res)
     for rule in ("train_rtpo", "train_grpo"):
@@ -326,7 +327,7 @@ def test_turn_row_methods_of_the_launcher_are_the_registrys():
 def test_step_time_is_anchored_to_the_papers_e3_hours():
     """E.3: ~15 h math / ~5 h knowledge on 8 A100s at batch 64 over 5k / 1k prompts: RTPO at E.3's own
     settings gets exactly that per step; other cells scale with their generated tokens at the caps."""
-    rep = st.check_config(paper(), st.load_profile(PROFILE))
+    rep = st.check_config(paper(), st.load_profile(*PROFILES))
     cells = {c.cell: c for c in rep.cells}
     assert cells["rtpo/math"].time.anchor_step_s == pytest.approx(15 * 3600 / (5000 / 64))  # 11.5 min
     assert cells["rtpo/search"].time.anchor_step_s == pytest.approx(5 * 3600 / (1000 / 64))  # 19.2 min
@@ -345,7 +346,7 @@ def test_a_cell_that_cannot_checkpoint_within_its_limit_fails():
     """A planted cell whose one step plus a checkpoint cannot fit its job's runtime fails (not warns),
     naming the cell, the numbers and the fix, and the verdict line comes first; so do periodic saves
     that never fit a job, and more jobs than 1 + retries."""
-    res = st.load_profile(PROFILE)
+    res = st.load_profile(*PROFILES)
     # 20x the prompts per step: E.3's 19.2 min step of RTPO on search x 20 = 384 min, against 300 min
     short = copy.deepcopy(res)
     short["train_rtpo"]["runtime"] = 300

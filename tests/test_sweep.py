@@ -1,18 +1,23 @@
-"""The mechanism sweep: K-hop search questions, the sweep's cells and budgets, its DAG
-target, and its report on constructed runs (the claim rows can come out either way)."""
+"""The mechanism sweep: K-hop search questions, the sweep's cells (the 2 x 2 contrast, the optional arms,
+the no-RL arm) and budgets, its DAG target, an untrained run of the no-RL arm, and its report on
+constructed runs (the interaction, learning and budget rows can come out either way)."""
 
 from __future__ import annotations
 
 import json
+import math
 import random
+import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
 from rtpo.config import load_config
-from rtpo.dag import Dag
-from rtpo.experiment import sweep_budget, sweep_cells, sweep_data_sets
+from rtpo.experiment import (ARM_CONTRAST, ARM_NO_RL, ARM_OPTIONAL, Experiment, RunKey, sweep_budget, sweep_cells,
+                             sweep_data_sets, sweep_errors, sweep_model_sets)
 from rtpo.data import generate_tasks
 from rtpo.data.search_tasks import MAX_HOPS, run_expert, sample_task
 from rtpo.envs import make_env
@@ -44,32 +49,83 @@ def test_hops_are_refused_outside_search_and_beyond_the_paths():
         sample_task(random.Random(0), "hard", 1234, hops=MAX_HOPS + 1)
 
 
-def test_sweep_cells_match_budgets_and_set_psi_and_turns():
+def _constructed_sweep(**over) -> dict:
+    """config/config.yaml with a constructed sweep: three horizons, the qwen3 / full contrast of RTPO and GRPO,
+    truncate:1 and GRPO-TIS as optional arms, budgets that are none of the shipped ones."""
     cfg = load_config(ROOT / "config" / "config.yaml")
-    sw = cfg["sweep"]
+    cfg["sweep"].update(hops=[2, 3, 4], psi=["qwen3", "full"], methods=["rtpo", "grpo"],
+                        optional={"psi": ["truncate:1"], "methods": ["grpo_tis"]},
+                        rtpo_trajectories={"h2": 7.4, "h3": 9.5, "h4": 10.6}, seeds=[0, 1, 2, 3, 4, 5], no_rl=True)
+    cfg["sweep"].update(over)
+    return cfg
+
+
+def test_sweep_cells_keys_arms_and_budgets():
+    """Every (K, psi) of the contrast and the optional arms gets the no-RL arm, the contrast's methods and the
+    optional ones; a flat method's chains are round(sweep.rtpo_trajectories.h<K>); the no-RL arm trains 0 steps
+    whatever train.* says, so a changed training budget changes the trained cells' stamps and not its."""
+    cfg = _constructed_sweep()
     cells = sweep_cells(cfg)
-    assert len(cells) == len(sw["hops"]) * len(sw["psi"]) * len(sw["methods"])
-    assert len({c.key for c in cells}) == len(cells)
-    dag = Dag(cfg)
+    assert len({c.key for c in cells}) == len(cells) == 3 * 3 * 4
+    assert {c.key for c in cells if c.hops == 2} == {f"h2/psi-{p}/{m}" for p in ("qwen3", "full", "truncate-1")
+                                                     for m in ("vanilla", "rtpo", "grpo", "grpo_tis")}
+    arms = {(c.hops, c.psi, c.method): c.arm for c in cells}
+    assert {k for k, a in arms.items() if a == ARM_CONTRAST} == {(k, p, m) for k in (2, 3, 4) for p in ("qwen3", "full")
+                                                                 for m in ("rtpo", "grpo")}
+    assert {k for k, a in arms.items() if a == ARM_NO_RL} == {(k, p, "vanilla") for k in (2, 3, 4)
+                                                              for p in ("qwen3", "full", "truncate:1")}
+    assert arms[(3, "truncate:1", "rtpo")] == arms[(3, "qwen3", "grpo_tis")] == ARM_OPTIONAL
+    exp = Experiment(cfg)
     for c in cells:
-        s = dag.sweep_run_settings(c)
-        assert s["psi"] == c.psi and s["env"]["max_turns"] == c.hops + sw["extra_turns"]
-        assert s["train"]["steps"] == sw["train"]["steps"]
+        s = exp.sweep_run_settings(c)
+        assert s["psi"] == c.psi and s["env"]["max_turns"] == c.hops + cfg["sweep"]["extra_turns"]
         if c.method in ("grpo", "grpo_tis"):
-            # E.3: RTPO's complete trajectories at L = K + 1 trunk turns, T (1 + (G - 1) L)
-            rtpo = dag.sweep_run_settings(next(x for x in cells if x.hops == c.hops and x.method == "rtpo"))["method"]
-            assert s["method"]["chains"] == rtpo["trunks"] * (1 + (rtpo["group_size"] - 1) * (c.hops + 1))
-            assert s["method"]["chains"] == sweep_budget(cfg, c.hops)
-    assert [sweep_budget(cfg, k) for k in (2, 8)] == [10, 28]
+            assert s["method"]["chains"] == {2: 7, 3: 10, 4: 11}[c.hops] == sweep_budget(cfg, c.hops)
+        if c.method == "rtpo":   # RTPO keeps the config's options: the flat methods are matched to it
+            assert (s["method"]["trunks"], s["method"]["group_size"]) == (1, 4)
+        assert s["train"]["steps"] == (0 if c.method == "vanilla" else cfg["sweep"]["train"]["steps"])
+    runs = exp.select("sweep")
+    assert len(runs) == len(cells) * 6
+    assert {r.method for r in runs if not r.trains} == {"vanilla"} and sum(not r.trains for r in runs) == 9 * 6
+    # a changed training budget reruns every trained cell and no untrained one; a changed K = 3 budget only
+    # the K = 3 flat cells
+    other = _constructed_sweep(train={**cfg["sweep"]["train"], "steps": 13})
+    third = _constructed_sweep(rtpo_trajectories={"h2": 7.4, "h3": 8.4, "h4": 10.6})
+    e2, e3 = Experiment(other), Experiment(third)
+    for c in cells:
+        assert (exp.sweep_train_stamp(c) != e2.sweep_train_stamp(e2.sweep_by_key[c.key])) == (c.method != "vanilla")
+        assert (exp.sweep_train_stamp(c) != e3.sweep_train_stamp(e3.sweep_by_key[c.key])) == \
+               (c.hops == 3 and c.method in ("grpo", "grpo_tis"))
+    # the optional arms change none of the contrast's runs (the sweep base model reads the contrast's psi only)
+    bare = Experiment(_constructed_sweep(optional={}))
+    assert all(bare.sweep_train_stamp(c) == exp.sweep_train_stamp(exp.sweep_by_key[c.key]) for c in bare.sweep)
     # the data of horizon K: K-hop questions, max_turns K + extra_turns, the sweep's sizes
-    d = dag.sweep_data_settings(6)
-    assert d["data"]["hops"] == 6 and d["env"]["max_turns"] == 6 + sw["extra_turns"]
-    assert d["data"]["n_train"] == sw["n_train"] and "data.search.hops=6" in sweep_data_sets(cfg, 6)
-    # a changed sweep setting changes the stamps of exactly the runs it reaches
-    other = load_config(ROOT / "config" / "config.yaml")
-    other["sweep"]["train"]["steps"] += 1
-    dag2 = Dag(other)
-    assert all(dag.sweep_train_stamp(a) != dag2.sweep_train_stamp(b) for a, b in zip(dag.sweep, dag2.sweep))
+    d = exp.sweep_data_settings(3)
+    assert d["data"]["hops"] == 3 and d["data"]["n_eval"] == cfg["sweep"]["n_eval"] >= 200
+    assert "data.search.hops=3" in sweep_data_sets(cfg, 3)
+    # the shipped sweep: K in {2, 3, 4}, the qwen3 / full contrast, >= 6 seeds, >= 200 eval questions
+    shipped = load_config(ROOT / "config" / "config.yaml")["sweep"]
+    assert shipped["hops"] == [2, 3, 4] and sorted(shipped["psi"]) == ["full", "qwen3"] and len(shipped["seeds"]) >= 6
+    assert shipped["n_eval"] >= 200 and shipped.get("no_rl", True)
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"psi": ["qwen3", "truncate:1"]}, "needs psi 'full'"),
+    ({"methods": ["grpo", "grpo_tis"]}, "needs rtpo"),
+    ({"rtpo_trajectories": {"h2": 8.0, "h3": 9.0}}, "no entry h4"),
+    ({"optional": {"psi": ["full"]}}, "repeats ['full']"),
+    ({"methods": ["rtpo", "grpo", "vanilla"]}, "sweep.no_rl"),
+])
+def test_a_sweep_without_its_contrast_or_budgets_is_refused(over, words):
+    from rtpo.config import ConfigError
+    from rtpo.dag import cross_reference_errors
+
+    cfg = _constructed_sweep(**over)
+    assert any(words in e for e in sweep_errors(cfg)), sweep_errors(cfg)
+    assert any(words in e for e in cross_reference_errors(cfg))
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        sweep_cells(cfg)
+    assert sweep_errors(_constructed_sweep()) == []
 
 
 def test_sweep_target_dry_run_lists_every_cell(tmp_path):
@@ -79,66 +135,169 @@ def test_sweep_target_dry_run_lists_every_cell(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     counts = job_counts(r.stdout)
     sw = cfg["sweep"]
-    cells = len(sw["hops"]) * len(sw["psi"]) * len(sw["methods"])
+    opt = sw.get("optional") or {}
+    assert opt.get("methods")   # the smoke sweep has an optional arm: every kind of cell is in its DAG
+    cells = len(sw["hops"]) * (len(sw["psi"]) + len(opt.get("psi", []))) * (1 + len(sw["methods"])
+                                                                             + len(opt.get("methods", [])))
     jobs_per_cell = -(-len(sw["seeds"]) // cfg["seeds_per_job"])
     assert counts["sweep_data"] == len(sw["hops"]) and counts["sweep_base_model"] == 1
     assert sum(n for r_, n in counts.items() if r_.startswith("sweep_train")) == cells * jobs_per_cell
     assert sum(n for r_, n in counts.items() if r_.startswith("sweep_evaluate")) == cells * jobs_per_cell
     assert counts["sweep_report"] == 1 and "train_rtpo" not in counts   # the sweep needs no main run
+    # the no-RL arm is evaluated under every (K, psi), from its own (untrained) run directory
+    for k in sw["hops"]:
+        for psi in sw["psi"]:
+            assert f"output: results/sweep/h{k}/psi-{psi}/vanilla/eval_seed0.json" in r.stdout
+            assert f"input: results/sweep/h{k}/psi-{psi}/vanilla/seed0/final" in r.stdout
     # ... and the default target does not run the sweep
     r = run_snakemake(wf, "-n", "--configfile", "config/smoke.yaml")
     assert r.returncode == 0 and not any(k.startswith("sweep") for k in job_counts(r.stdout))
+
+
+def test_the_no_rl_arm_does_not_train_and_is_evaluated(tmp_path):
+    """`rtpo train` of a no-RL cell (the sweep's sets, as the DAG passes them) takes no step: no step records,
+    run.json planned = completed = 0, final/ holds the sweep base model's weights; `rtpo evaluate` then scores
+    it on the K-hop questions."""
+    import torch
+    from safetensors.torch import load_file
+
+    from rtpo.cli import main as rtpo_main
+    from rtpo.data import write_task_files
+    from rtpo.sft import build_base_model, build_sweep_base_model
+    from rtpo.tokenizer import save_tokenizer
+
+    cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
+    cfg["model"]["tiny"] = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                            "intermediate_size": 64, "max_position": 256}
+    cfg["sft"]["epochs"] = 0
+    cfg["sweep"].update(max_position=512, sft_epochs=0, hops=[2, 3], n_train=4, n_eval=3, seeds=[0])
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    cfg = load_config(tmp_path / "c.yaml")
+    tok_dir = tmp_path / "tok"
+    save_tokenizer(tiny.tokenizer(), tok_dir)
+    build_base_model(cfg, tmp_path, tok_dir, tmp_path / "base")
+    files = write_task_files("search", {"n_train": 4, "n_eval": 3, "hops": 2}, tmp_path / "h2")
+    cfg_sweep = Experiment(cfg).config_with(sweep_model_sets(cfg), "test")
+    build_sweep_base_model(cfg_sweep, tmp_path / "base", [files["experts"]], tmp_path / "sweep_base")
+    cell = next(c for c in sweep_cells(cfg) if c.hops == 2 and c.psi == "qwen3" and c.method == "vanilla")
+    run = Experiment(cfg).run(RunKey("sweep", cell.variant, "search", "vanilla", 0))
+    assert not run.trains and run.steps == 0
+    sets = [a for s in cell.sets for a in ("--set", s)]
+    out = tmp_path / "run"
+    assert rtpo_main(["train", "--config", str(tmp_path / "c.yaml"), "--method", "vanilla", "--task", "search",
+                      "--seed", "0", "--model", str(tmp_path / "sweep_base"), "--train-file", str(files["train"]),
+                      *sets, "--scope", "sweep", "--variant", cell.variant, "--out", str(out)]) == 0
+    record = json.loads((out / "run.json").read_text())
+    assert record["steps"] == {"planned": 0, "completed": 0} and record["key"]["variant"] == "h2/psi-qwen3"
+    assert record["settings"]["psi"] == "qwen3"
+    metrics = out / "metrics.jsonl"
+    assert not metrics.exists() or metrics.read_text().strip() == ""
+    base, final = load_file(tmp_path / "sweep_base" / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    assert base.keys() == final.keys() and all(torch.equal(base[k], final[k]) for k in base)
+    assert rtpo_main(["evaluate", "--config", str(tmp_path / "c.yaml"), "--model", str(out / "final"),
+                      "--method", "vanilla", "--task", "search", "--seed", "0", "--eval-file", str(files["eval"]),
+                      *sets, "--out", str(tmp_path / "eval_seed0.json")]) == 0
+    doc = json.loads((tmp_path / "eval_seed0.json").read_text())
+    assert doc["method"] == "vanilla" and 0.0 <= doc["overall"]["pass@1"] <= 1.0
 
 
 # ------------------------------------------------------------------------------------------------
 # the report, on constructed runs
 # ------------------------------------------------------------------------------------------------
 
-def _plant(results: Path, cfg: dict, pass1, kl) -> None:
-    """Write each sweep cell's eval JSON and metrics.jsonl: pass@1 = pass1(K, psi, method, seed), the
-    step records' KL = kl(K, psi, method, seed)."""
+def _plant(results: Path, cfg: dict, pass1, kl=lambda k, psi, m, s: 0.0, traj=None) -> None:
+    """Write each sweep cell's eval JSON (pass@1 = pass1(K, psi, method, seed)) and, for a cell that trains,
+    its metrics.jsonl: KL = kl(K, psi, method, seed), E.3 trajectories per prompt = traj(K, psi, method, seed)
+    (default: a flat method's chains, RTPO's expected count), RTPO's regenerated trunk continuations (1.5 per
+    prompt, counted in rollouts_per_prompt and not in E.3's count) and one Adam step per turn stage (3)."""
+    exp = Experiment(cfg)
     for c in sweep_cells(cfg):
         for s in c.seeds:
-            run = results / c.run_dir(s).removeprefix("results/")
-            run.mkdir(parents=True, exist_ok=True)
-            recs = [{"step": i, "geo_ratio": 1.0, "kl_rollout_train": kl(c.hops, c.psi, c.method, s), "abs_dlogp": 0.0,
-                     "clip_share": 0.0, "context_overflow": 0.0, "rollouts_per_prompt": 10.0} for i in range(3)]
-            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            if c.method != "vanilla":
+                run = results / c.run_dir(s).removeprefix("results/")
+                run.mkdir(parents=True, exist_ok=True)
+                chains = exp.sweep_run_settings(c)["method"].get("chains")
+                t = traj(c.hops, c.psi, c.method, s) if traj else (
+                    chains or cfg["sweep"]["rtpo_trajectories"][f"h{c.hops}"])
+                cont = 1.5 if c.method == "rtpo" else 0.0
+                adam = 3 if c.method == "rtpo" else 1
+                recs = [{"step": i, "geo_ratio": 1.0, "kl_rollout_train": kl(c.hops, c.psi, c.method, s),
+                         "abs_dlogp": 0.0, "clip_share": 0.0, "context_overflow": 0.0, "rollouts_per_prompt": t + cont,
+                         "rollouts": {"trunk": 1.0, "continuation": cont}, "train_version": adam * (i + 1)}
+                        for i in range(3)]
+                (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
             p = pass1(c.hops, c.psi, c.method, s)
-            (results / c.eval_file(s).removeprefix("results/")).write_text(json.dumps(
+            out = results / c.eval_file(s).removeprefix("results/")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(
                 {"task": "search", "method": c.method, "seed": s, "k": 1, "benchmarks": {"b": {"pass@1": p, "hit": p}},
                  "overall": {"pass@1": p, "hit": p}}))
 
 
-def _sweep_cfg() -> dict:
-    cfg = load_config(ROOT / "config" / "config.yaml")
-    cfg["sweep"].update(hops=[2, 4, 6, 8], psi=["full", "truncate:1"], methods=["rtpo", "grpo"], seeds=[0, 1, 2, 3])
-    return cfg
+def _claims(tmp_path: Path) -> dict[str, dict]:
+    import csv
+
+    return {r["claim_id"]: r for r in csv.DictReader(open(tmp_path / "tables" / "sweep_claims.csv"))}
 
 
-def test_sweep_report_finds_a_planted_mechanism(tmp_path):
-    """GRPO loses 2 pp per hop under truncate:1 (and nothing under full) and its KL grows with K: the
-    gap-horizon, mismatch-horizon and gap-mismatch rows are reproduced; the figure and table are written."""
-    from rtpo.report.sweep import write_sweep
+NOISE = {0: 0.004, 1: -0.003, 2: 0.001, 3: -0.002, 4: 0.0025, 5: -0.0015}
 
-    cfg = _sweep_cfg()
-    noise = {0: 0.004, 1: -0.003, 2: 0.001, 3: -0.002}
 
-    def pass1(k, psi, m, s):   # GRPO's seed noise grows with K, so its per-seed slopes differ (an interval)
-        drop = 0.02 * k if (m == "grpo" and psi != "full") else 0.0
-        return 0.5 - drop + noise[s] + (noise[s] * k / 4 if (m == "grpo" and psi != "full") else 0.0)
+def _planted_pass1(k, psi, m, s):
+    """Untrained 30 %; every trained cell +5 pp (+ seed noise); GRPO under qwen3 loses 1 + 2 (K - 2) pp
+    more, with a seed noise that grows with K: the interaction is 1 / 3 / 5 pp (+ noise) at K = 2 / 3 / 4."""
+    if m == "vanilla":
+        return 0.30 + NOISE[s] / 2
+    drop = (0.01 + 0.02 * (k - 2)) * (1 + 20 * NOISE[s]) if (m == "grpo" and psi == "qwen3") else 0.0
+    return 0.35 + NOISE[s] - drop
 
-    _plant(tmp_path / "results", cfg, pass1,
-           lambda k, psi, m, s: 0.01 * k * (1 + 10 * noise[s]) if (m == "grpo" and psi != "full") else 0.0)
+
+def test_sweep_report_reads_the_interaction_learning_and_budgets(tmp_path):
+    """On constructed per-seed values: the interaction per K is (RTPO − GRPO)[qwen3] − (RTPO − GRPO)[full]
+    paired by seed; its growth K = 2 -> 4 is the mechanism row; each trained cell shows its learning over the
+    no-RL arm; the budgets match RTPO's realised count; the optional arms are in the table only."""
+    from rtpo.report.sweep import interaction, interaction_growth, load_sweep, write_sweep
+
+    cfg = _constructed_sweep()
+    _plant(tmp_path / "results", cfg, _planted_pass1,
+           lambda k, psi, m, s: (0.01 * k * (1 + 10 * NOISE[s])) if (m != "rtpo" and psi != "full") else 0.0)
+    df = load_sweep(tmp_path / "results", cfg)
+    for k in (2, 3, 4):
+        want = {s: 100 * (0.01 + 0.02 * (k - 2)) * (1 + 20 * NOISE[s]) for s in range(6)}
+        got = interaction(df, k, "qwen3", "grpo")
+        assert got.keys() == want.keys() and all(abs(got[s] - want[s]) < 1e-9 for s in got)
+    growth = interaction_growth(df, [2, 3, 4], "qwen3", "grpo")
+    assert all(abs(growth[s] - 4.0 * (1 + 20 * NOISE[s])) < 1e-9 for s in range(6))   # slope 2 pp/hop x 2 hops
     paths = write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
-    claims = {r["claim_id"]: r for r in __import__("csv").DictReader(open(tmp_path / "tables" / "sweep_claims.csv"))}
-    assert claims["sweep-gap-horizon-grpo"]["verdict"] == "reproduced"
-    assert abs(float(claims["sweep-gap-horizon-grpo"]["ours_mean"]) - 2.0) < 0.05   # pp per hop
-    assert claims["sweep-mismatch-horizon-grpo"]["verdict"] == "reproduced"
-    assert claims["sweep-gap-mismatch-grpo"]["verdict"] == "reproduced"
-    table = __import__("pandas").read_csv(tmp_path / "tables" / "sweep_horizon.csv")
-    row = table[(table.K == 8) & (table.psi == "truncate:1") & (table.method == "grpo")].iloc[0]
-    assert abs(row.rtpo_minus_method_pp - 16.0) < 0.5 and row.n == 4
+    claims = _claims(tmp_path)
+    assert list(claims) == ["sweep-interaction-grpo-qwen3-h2", "sweep-interaction-grpo-qwen3-h3",
+                            "sweep-interaction-grpo-qwen3-h4", "sweep-interaction-growth-grpo-qwen3",
+                            "sweep-mismatch-grpo-qwen3"]   # the contrast only: no truncate:1, no GRPO-TIS row
+    assert claims["sweep-interaction-growth-grpo-qwen3"]["verdict"] == "reproduced"
+    assert abs(float(claims["sweep-interaction-growth-grpo-qwen3"]["ours_mean"]) - 4.0 * (1 + 20 * np.mean(
+        list(NOISE.values())))) < 1e-6
+    assert claims["sweep-interaction-grpo-qwen3-h4"]["verdict"] == "reproduced"
+    assert claims["sweep-interaction-grpo-qwen3-h2"]["verdict"] == "paper's sign, smaller effect"   # 1 pp < 2 pp
+    assert claims["sweep-mismatch-grpo-qwen3"]["verdict"] == "holds (by construction)"
+    assert claims["sweep-interaction-grpo-qwen3-h2"]["n"] == "6"
+    assert "rtpo[qwen3] +5.0" in claims["sweep-interaction-grpo-qwen3-h2"]["note"]   # the cells' learning, shown
+    assert "budget grpo / RTPO qwen3 1.05, full 1.05" in claims["sweep-interaction-grpo-qwen3-h3"]["note"]   # 10 / 9.5
+    assert "beyond" not in claims["sweep-interaction-growth-grpo-qwen3"]["note"]
+    table = pd.read_csv(tmp_path / "tables" / "sweep_horizon.csv", keep_default_na=False, na_values=[""])
+    row = lambda k, psi, m: table[(table.K == k) & (table.psi == psi) & (table.method == m)].iloc[0]  # noqa: E731
+    assert abs(row(3, "full", "rtpo").learning_pp - 5.0 - 100 * np.mean([NOISE[s] / 2 for s in range(6)])) < 1e-3
+    assert row(3, "full", "rtpo").learning == "learned" and row(4, "truncate:1", "grpo_tis").learning == "learned"
+    assert row(3, "full", "vanilla").arm == "no-RL" and math.isnan(row(3, "full", "vanilla").learning_pp)
+    assert row(3, "truncate:1", "grpo_tis").arm == "optional" and row(3, "truncate:1", "grpo_tis").n == 6
+    assert abs(row(2, "qwen3", "grpo").budget_ratio - 7 / 7.4) < 1e-3 and not row(2, "qwen3", "grpo").budget_flag
+    # E.3's count: RTPO's regenerated continuations are not trajectories; Adam steps per step as recorded
+    assert row(4, "qwen3", "rtpo").trajectories_per_prompt == 10.6
+    assert row(4, "qwen3", "rtpo").rollouts_per_prompt == 12.1
+    assert row(4, "qwen3", "rtpo").adam_steps_per_step == 3 and row(4, "qwen3", "grpo").adam_steps_per_step == 1
+    md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
+    # GRPO under qwen3 at K = 4 loses its 5 pp of learning to the planted mismatch: named, not hidden
+    assert "shown in 26 of 27 trained cells; not shown in K = 4 psi = qwen3 grpo (no learning of 1 pp)" in md
+    assert "within 1.0 ± 10 %" in md
     png = tmp_path / "figures" / "sweep_horizon.png"
     assert png in paths and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # docs/claims.md's sweep section: every sweep claim with its command (the sweep target) and evidence
@@ -149,26 +308,62 @@ def test_sweep_report_finds_a_planted_mechanism(tmp_path):
     rows = [x for x in section.splitlines() if x.startswith("| sweep-")]
     assert [r.split(" | ")[0][2:] for r in rows] == list(claims)
     assert all("snakemake sweep |" in r and "`results/tables/sweep_horizon.csv`" in r for r in rows)
-    assert "| sweep-gap-horizon-grpo |" in section and "reproduced" in rows[0]
 
 
-def test_sweep_report_excludes_an_absent_mechanism_and_names_a_missing_file(tmp_path):
-    """No gap at any K (seed noise only): the gap-horizon row excludes the minimal effect; a deleted eval
-    JSON is an error that names it."""
+def test_sweep_report_says_when_its_seeds_cannot_decide(tmp_path):
+    """Seed noise only (8 pp per cell, no planted effect, no learning): the interaction rows are inconclusive
+    and say so with their n, the cells' learning is inconclusive with n; a deleted eval JSON is an error
+    that names it."""
     from rtpo.report.sweep import write_sweep
 
-    cfg = _sweep_cfg()
-    noise = {0: 0.001, 1: -0.001, 2: 0.0005, 3: -0.0005}
-    _plant(tmp_path / "results", cfg, lambda k, psi, m, s: 0.3 + noise[s] * (1 if m == "grpo" else -1) * (k % 3),
-           lambda k, psi, m, s: 0.001)
+    cfg = _constructed_sweep(optional={}, seeds=[0, 1, 2])
+    rng = random.Random(7)
+    draws = {}
+
+    def pass1(k, psi, m, s):
+        return draws.setdefault((k, psi, m, s), min(1.0, max(0.0, 0.3 + rng.gauss(0, 0.08))))
+
+    _plant(tmp_path / "results", cfg, pass1, lambda k, psi, m, s: 0.002 if psi != "full" and m != "rtpo" else 0.0)
     write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
-    claims = {r["claim_id"]: r for r in __import__("csv").DictReader(open(tmp_path / "tables" / "sweep_claims.csv"))}
-    assert claims["sweep-gap-horizon-grpo"]["verdict"] == "no effect of the paper's size"
-    assert claims["sweep-mismatch-horizon-grpo"]["verdict"] != "reproduced"
+    claims = _claims(tmp_path)
+    for k in (2, 3, 4):
+        r = claims[f"sweep-interaction-grpo-qwen3-h{k}"]
+        assert r["verdict"] == "inconclusive" and "inconclusive at n = 3 seeds" in r["note"], r
+    table = pd.read_csv(tmp_path / "tables" / "sweep_horizon.csv", keep_default_na=False, na_values=[""])
+    assert (table[table.arm != "no-RL"].learning.str.startswith("inconclusive (n = 3)")).sum() >= 6
     victim = tmp_path / "results" / sweep_cells(cfg)[3].eval_file(1).removeprefix("results/")
     victim.unlink()
     with pytest.raises(FileNotFoundError, match=str(victim.name)):
         write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
+
+
+def test_the_budget_ratio_check_flags_a_cell_beyond_ten_percent(tmp_path):
+    """RTPO's realised trajectories per prompt at K = 4 under full are 8.5 where the flat chains are 11
+    (ratio 1.29): that cell alone is flagged, in the table, its md and the K = 4 interaction row's note."""
+    from rtpo.report.sweep import budget_flag, write_sweep
+
+    assert budget_flag(1.11) and budget_flag(0.89) and not budget_flag(1.1) and not budget_flag(0.95)
+    assert not budget_flag(math.nan)
+    cfg = _constructed_sweep()
+
+    def traj(k, psi, m, s):
+        if m == "rtpo":
+            return 8.5 if (k, psi) == (4, "full") else cfg["sweep"]["rtpo_trajectories"][f"h{k}"] + NOISE[s]
+        return sweep_budget(cfg, k)
+
+    _plant(tmp_path / "results", cfg, _planted_pass1, traj=traj)
+    write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
+    table = pd.read_csv(tmp_path / "tables" / "sweep_horizon.csv", keep_default_na=False, na_values=[""])
+    flagged = table[table.budget_flag]
+    assert sorted(zip(flagged.K, flagged.psi, flagged.method)) == [(4, "full", "grpo"), (4, "full", "grpo_tis")]
+    assert abs(flagged.budget_ratio.iloc[0] - 11 / 8.5) < 1e-3
+    assert table[(table.K == 2) & (table.method == "grpo")].budget_ratio.between(0.9, 1.1).all()   # 7 / 7.4
+    md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
+    assert "K = 4 psi = full grpo 1.29" in md
+    claims = _claims(tmp_path)
+    assert "beyond 1.0 ± 10 %" in claims["sweep-interaction-grpo-qwen3-h4"]["note"]
+    assert "K = 4 psi = full: 1.29" in claims["sweep-interaction-grpo-qwen3-h4"]["note"]
+    assert "beyond" not in claims["sweep-interaction-grpo-qwen3-h3"]["note"]
 
 
 def test_sweep_base_model_raises_positions_and_trains_on_every_psi(tmp_path):
@@ -216,3 +411,15 @@ def test_small_sweep_effects_keep_their_digits_in_the_ledger_grid():
     assert shown["sweep-mismatch-horizon-grpo"].startswith("+0.00")
     gap = df.set_index("claim_id").loc["sweep-gap-horizon-grpo_tis"]
     assert shown["sweep-gap-horizon-grpo_tis"].startswith(f"{gap['ours_mean']:+.2f} [")
+
+
+def test_a_sweep_without_the_no_rl_arm_says_its_learning_is_not_shown(tmp_path):
+    from rtpo.report.sweep import write_sweep
+
+    cfg = _constructed_sweep(no_rl=False, optional={}, seeds=[0, 1, 2])
+    assert "vanilla" not in {c.method for c in sweep_cells(cfg)} and len(sweep_cells(cfg)) == 3 * 2 * 2
+    _plant(tmp_path / "results", cfg, _planted_pass1)
+    write_sweep(tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures")
+    md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
+    assert "no untrained arm (sweep.no_rl is false)" in md and "shown in" not in md
+    assert "rtpo[qwen3] — (no untrained arm)" in _claims(tmp_path)["sweep-interaction-grpo-qwen3-h2"]["note"]

@@ -97,7 +97,10 @@ def test_rtpo_tensorboard_converts_a_finished_run(inputs, tmp_path, capsys):
     assert [e.value for e in acc.Scalars("rtpo/reward_mean")] == [0.0, 0.25, 0.5]
     (runs / "metrics.jsonl").write_text('{"step": 0}\nnot json\n')
     assert main(["tensorboard", str(runs / "metrics.jsonl")]) == 2
-    assert "metrics.jsonl:2: not JSON" in capsys.readouterr().err
+    assert "metrics.jsonl:2: not valid JSON" in capsys.readouterr().err
+    (runs / "metrics.jsonl").write_text('{"step": 0}\n[1, 2]\n')
+    assert main(["tensorboard", str(runs / "metrics.jsonl")]) == 2
+    assert "metrics.jsonl:2: a record must be a JSON object, got list" in capsys.readouterr().err
 
 
 def test_scalars_are_one_namespace():

@@ -68,7 +68,7 @@ def test_the_ledger_builds_the_audited_rows_as_their_kind(tmp_path):
     assert structural == {"4.2-ratio-rtpo-math", "4.2-ratio-rtpo-search", "4.2-ratio-grpo-math", "4.2-ratio-grpo-search",
                           "4.2-kl-grpo-math", "4.2-kl-seeupo-math", "4.2-kl-grpo-search", "4.2-kl-seeupo-search",
                           "F.2-seeupo-jitter", "G.2-G2-degenerate", "G.2-train-tokens", "G.6-syncs-interval-2",
-                          "G.6-syncs-kl-0.01"}
+                          "G.6-syncs-kl-0.01", "C.B-grpo-kl"}
     assert all(c.construction for i, c in claims.items() if i in structural)
     for t in ("math", "search"):
         rec = claims[f"F.2-recovery-grpo-{t}"]

@@ -310,20 +310,18 @@ def test_targets_select_their_part_of_the_dag(wf):
 
 
 def test_slurm_profile_selects_paper_and_gpus(wf):
-    """`--profile slurm` from the repository root: ./slurm is a relative link to the profile, which
-    selects config/paper.yaml and the slurm executor, with GPU resources on the training rules;
-    no default profile that could select Slurm."""
-    link = ROOT / "slurm"
-    assert link.is_symlink() and not os.path.isabs(os.readlink(link))
-    assert link.resolve() == (ROOT / "workflow" / "profiles" / "slurm").resolve()
-    default = ROOT / "workflow" / "profiles" / "default"
-    assert not default.exists() or "slurm" not in "".join(p.read_text() for p in default.glob("*.yaml"))
-    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "slurm" / "config.yaml").read_text())
-    assert profile["executor"] == "slurm" and profile["configfile"] == "config/paper.yaml"
+    """`--profile slurm` from the repository root: ./slurm is the site profile, which selects
+    config/paper.yaml and the slurm executor; the workflow profile Snakemake loads by itself
+    (workflow/profiles/default) gives the training rules their GPUs; neither selects Slurm for a
+    plain `snakemake` (no executor in the workflow profile)."""
+    site = yaml.safe_load((ROOT / "slurm" / "profile.yaml").read_text())
+    assert site["executor"] == "slurm" and site["configfile"] == "config/paper.yaml"
+    workflow_profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "default" / "profile.yaml").read_text())
+    assert "executor" not in workflow_profile
     for rule in [f"train_{m}" for m in load("paper")["method"] if m != "vanilla"] + ["ablation_train"]:
-        res = profile["set-resources"][rule]
+        res = workflow_profile["set-resources"][rule]
         assert res["gpu"] >= 1 and {"runtime", "mem_mb", "cpus_per_task", "slurm_partition"} <= set(res), rule
-    assert "gpu" not in profile["set-resources"]["train_vanilla"]  # vanilla trains nothing
+    assert "gpu" not in workflow_profile["set-resources"]["train_vanilla"]  # vanilla trains nothing
     env = {"RTPO_SLURM_ACCOUNT": "acct", "RTPO_SLURM_PARTITION": "cpu", "RTPO_SLURM_GPU_PARTITION": "gpu"}
     r = run_snakemake(wf, "--profile", "slurm", "-n", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -499,8 +497,8 @@ def test_slurm_executor_submits_with_fake_slurm(smoke_results, tmp_path):
     tables_before = (work / "results" / "tables" / ".tables.done").stat().st_mtime
     cell = "results/runs/math/grpo/seed0/summary.json"
     # the training job asks for two nodes (16 GPUs), as a two-node verl run does (docs/verl.md): edited
-    # in the profile, since a command-line --set-resources replaces the profile's whole set-resources
-    prof_path = work / "workflow" / "profiles" / "slurm" / "config.yaml"
+    # in the workflow profile, since a command-line --set-resources replaces its whole set-resources
+    prof_path = work / "workflow" / "profiles" / "default" / "profile.yaml"
     prof = yaml.safe_load(prof_path.read_text())
     prof["set-resources"]["train_grpo"] = {**prof["set-resources"]["train_grpo"], "nodes": 2, "gpu": 16}
     prof_path.write_text(yaml.safe_dump(prof))

@@ -70,7 +70,8 @@ class Row:
     old_logprobs: list[float]       # per response token; the rollout-time logprobs (ignored where mask == 0)
     advantages: list[float]         # per response token
     mask: list[int]                 # 1 = token receives gradient
-    group: str = ""                 # for bookkeeping only (sibling group / prompt uid)
+    group: str = ""                 # the prompt group (a prompt's chains, a tree, RTPO's siblings of one S_k):
+                                    # its rows stay in one mini-batch (UpdateConfig.mini_batches); verl's uid
     turns: list[int] | None = None  # per response token, the turn index k of its action (None: not known);
                                     # the rollout-training mismatch is reported per k
 
@@ -92,7 +93,8 @@ class UpdateConfig:
     max_grad_norm: float = 1.0
     weight_decay: float = 0.01
     epochs: int = 1                 # passes over the rows
-    mini_batches: int = 1           # optimizer steps per pass
+    mini_batches: int = 1           # optimizer steps per pass: the rows cut by prompt group (Row.group),
+                                    # verl's train_batch_size / ppo_mini_batch_size
     micro_batch_tokens: int = 8192  # gradient accumulation bound on padded tokens per forward
     # PPO's `old` (the ratio's denominator), one rule for every method: "recompute" = the training
     # weights' logprobs of the training row before the update (verl's default: the actor's

@@ -374,8 +374,7 @@ class LocalEngine:
         # cfg.old = "recompute", and what the mismatch is measured on (paper Fig. 3). Rows of the first
         # mini-batch get them from the first pass's forward; rows of later mini-batches are scored
         # first (the first mini-batch's step has moved the weights by then).
-        n_mb = max(1, min(cfg.mini_batches, len(rows)))
-        splits = [list(ix) for ix in np.array_split(np.arange(len(rows)), n_mb)]
+        splits = prompt_group_splits(rows, cfg.mini_batches)
         before: dict[int, list[float]] = {}
         mismatch: dict[int, Mismatch] = {}
 
@@ -531,6 +530,24 @@ class LocalEngine:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+
+def prompt_group_splits(rows: list[Row], mini_batches: int) -> list[list[int]]:
+    """Row indices of each mini-batch: the rows' prompt groups (`Row.group`: a prompt's chains, a tree's
+    leaves, RTPO's siblings of one boundary state S_k) in order of first appearance, cut into
+    `mini_batches` runs of consecutive groups of near-equal count, so a group never straddles two
+    optimizer steps. This is verl's actor.ppo_mini_batch_size: train_batch_size prompts (x rollout.n
+    responses, kept together) cut into train_batch_size / ppo_mini_batch_size mini-batches. Rows without
+    a group ("") are each their own group. Fewer groups than mini-batches: one mini-batch per group.
+    With one mini-batch the rows keep their order (the update is the same as with no split)."""
+    if mini_batches <= 1:
+        return [list(range(len(rows)))]
+    order: dict[str | int, list[int]] = {}
+    for i, r in enumerate(rows):
+        order.setdefault(r.group or i, []).append(i)
+    groups = list(order.values())
+    n_mb = min(mini_batches, len(groups))
+    return [[i for g in part for i in groups[g]] for part in np.array_split(np.arange(len(groups)), n_mb)]
 
 
 def mismatch_by_turn(row: Row, train_logprobs: list[float], clip_low: float, clip_high: float) -> dict[int, Mismatch]:

@@ -37,6 +37,9 @@ EVIDENCE: dict[str, tuple[str, str]] = {
     "table10_group_size": ("ablation group_size: G in {2, 3, 4} on airline", "ablations"),
     "table11_group_size_cost": ("ablation group_size: G in {2, 3, 4} on airline", "ablations"),
     "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search", "ablations"),
+    "table_controls": ("the controls (not the paper's): matched_updates, GRPO with RTPO's optimizer steps per "
+                       "training step; mismatch, RTPO and GRPO under psi = full on search; with the main runs",
+                       "train evaluate ablations"),
     "results/theory/theory_checks.csv": ("the tabular-MDP theorem checks (rtpo theory)", "theory"),
     "results/tables/sweep_horizon.csv": ("the mechanism sweep: search questions of K hops x psi x method "
                                          "(config `sweep`)", "sweep"),

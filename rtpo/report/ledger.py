@@ -47,7 +47,8 @@ from rtpo.experiment import MAIN, Study
 from rtpo.report.load import Results, benchmark_label
 from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import (
-    EFFECT_EXCLUDED, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION, KIND_STRUCTURAL, KINDS,
+    EFFECT_EXCLUDED, INCONCLUSIVE, KIND_CONTROL, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION, KIND_STRUCTURAL,
+    KINDS,
     NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE, RULE_STRUCTURAL,
     RULE_THEORY, SMALLER, VERDICTS, bh_adjust, direction_verdict, effect_verdict, equivalence_verdict, paired,
     paired_ratio, structural_verdict, summarize, t_pvalues, theory_kind, theory_verdict, unscorable,
@@ -119,6 +120,12 @@ class Claim:
     @property
     def source(self) -> str:
         return self.ref.source
+
+    @property
+    def control(self) -> bool:
+        """A row of this artifact's controls (paper_reference "control_*"): a Benjamini-Hochberg family of its
+        own, so that adding or dropping a control moves no paper claim's adjusted p-value."""
+        return self.ref.source.startswith("control")
 
     @property
     def paper(self) -> str:
@@ -694,10 +701,89 @@ def budget_over_training(res: Results) -> list[Claim]:
     return out
 
 
-# the ledger's sections, in its row order (the theorem checks follow: theory_rows)
+CONTROL_NOTE = "a control of this artifact, not a claim of the paper"
+MORE_UPDATES = ("if this row is 'no effect of the paper's size' while RTPO − GRPO was ahead, RTPO's lead there is "
+                "explained by its extra optimizer steps")
+BY_DESIGN_FULL = ("under psi = full GRPO samples and trains on the same context ids with the same fp32 kernels, so its "
+                  "KL(rollout‖train) is ~0 (float rounding), and k3 >= 0 per token, so this difference cannot be "
+                  "negative: the manipulation check that the mismatch arm removes the mismatch")
+
+
+def matched_updates(res: Results) -> list[Claim]:
+    """Control A (study matched_updates, docs/design-controls.md 1): per task, GRPO with as many optimizer steps
+    per training step as RTPO takes (GRPO-K). Does RTPO's lead survive it (RTPO − GRPO-K, against the effect its
+    4.1 / G.1 row tests), and does GRPO gain from the extra steps at all (GRPO-K − GRPO)?"""
+    mu = res.studies.get("matched_updates")
+    ref = PAPER["control_matched_updates"]
+    if mu is None:
+        return [Claim("C.A-rtpo-grpo_k", ref, "RTPO's lead over GRPO survives matched optimizer steps",
+                      "RTPO − GRPO-K: pass@1", "pp", {}, kind=KIND_CONTROL, evidence="table_controls",
+                      note="study matched_updates absent from the config")]
+    out = []
+    for variant, task, m in mu.cells:
+        label = f"{method_label(m)}-K"
+
+        def arm(method: str, scope: str = MAIN, v: str = "") -> PerSeed:
+            # G.1's quantity on airline (every sample), 4.1's elsewhere (the mean over the task's benchmarks)
+            if task == AIRLINE:
+                return res.eval_by_seed(task, method, "overall", "pass@1", scope, v)
+            return res.eval_macro_by_seed([task], method, "pass@1", scope, v)
+        rtpo, base, k_arm = arm("rtpo"), arm(m), arm(m, mu.name, variant)
+        effect = ({} if task == AIRLINE   # G.1-pass1: the paper gives no airline gap, the minimal 1 pp
+                  else paper_effect(PAPER[f"gain_vs_{m}"], "pp", _level(base, 100), method_label(m))
+                  if f"gain_vs_{m}" in PAPER else {})
+        k = next((v.value for v in mu.variants if v.name == variant), "K")
+        out.append(Claim(
+            f"C.A-rtpo-{m}_k-{task}", ref, f"RTPO's lead over {method_label(m)} survives matched optimizer steps "
+            f"({task})", f"RTPO − {label} ({variant}: {k} optimizer steps per training step): {task} pass@1", "pp",
+            _pp(rtpo, k_arm), kind=KIND_CONTROL, evidence="table_controls",
+            note=f"{CONTROL_NOTE}; tested against the effect {'G.1-pass1' if task == AIRLINE else '4.1'}-{m} uses; "
+                 f"{label} and RTPO paired by seed", **effect))
+        out.append(Claim(
+            f"C.A-{m}_k-{m}-{task}", ref, f"{label} gains on {method_label(m)} from the extra optimizer steps ({task})",
+            f"{label} − {method_label(m)}: {task} pass@1", "pp", _pp(k_arm, base), kind=KIND_CONTROL,
+            evidence="table_controls", note=f"{CONTROL_NOTE}; {MORE_UPDATES}"))
+    return out
+
+
+def mismatch_control(res: Results) -> list[Claim]:
+    """Control B (study mismatch, docs/design-controls.md 2): RTPO and GRPO under psi = full on the study's task.
+    The paper's mechanism says RTPO gains most where psi is lossy: (RTPO − GRPO)[qwen3] − (RTPO − GRPO)[full] > 0;
+    removing the mismatch should help GRPO; GRPO[full]'s KL is the manipulation check."""
+    mm = res.studies.get("mismatch")
+    ref = PAPER["control_mismatch"]
+    if mm is None or not {"rtpo", "grpo"} <= set(mm.methods):
+        return [Claim("C.B-interaction", ref, "RTPO's gain over GRPO is larger under the lossy psi than under psi = full",
+                      "(RTPO − GRPO)[main psi] − (RTPO − GRPO)[full]", "pp", {}, kind=KIND_CONTROL,
+                      evidence="table_controls", note="study mismatch (with rtpo and grpo) absent from the config")]
+    t, v = mm.task, mm.variants[0].name
+    psi = str(((res.cfg.get("env") or {}).get(t) or {}).get("psi", "full"))
+
+    def ev(method: str, scope: str = MAIN, variant: str = "") -> PerSeed:
+        return res.eval_macro_by_seed([t], method, "pass@1", scope, variant)
+    gap_main, gap_full = paired(ev("rtpo"), ev("grpo")), paired(ev("rtpo", mm.name, v), ev("grpo", mm.name, v))
+    kl = lambda scope, variant: res.steps_by_seed(t, "grpo", "kl_rollout_train", "mean", scope, variant)  # noqa: E731
+    return [
+        Claim("C.B-interaction", ref, f"RTPO's gain over GRPO is larger under psi = {psi} than under psi = full ({t})",
+              f"(RTPO − GRPO)[{psi}] − (RTPO − GRPO)[full]: pass@1 averaged over the {t} benchmarks", "pp",
+              _pp(gap_main, gap_full), kind=KIND_CONTROL, evidence="table_controls",
+              note=f"{CONTROL_NOTE}; the paper's mechanism (RTPO gains most where psi makes the flat methods' training "
+                   f"context differ from their rollout's); the {psi} arms are the main grid's, paired by seed"),
+        Claim("C.B-grpo-full", ref, f"removing the rollout–training mismatch helps GRPO ({t})",
+              f"GRPO[full] − GRPO[{psi}]: pass@1 averaged over the {t} benchmarks", "pp",
+              _pp(ev("grpo", mm.name, v), ev("grpo")), kind=KIND_CONTROL, evidence="table_controls",
+              note=CONTROL_NOTE),
+        Claim("C.B-grpo-kl", ref, f"psi = full removes GRPO's rollout–training mismatch ({t})",
+              f"GRPO[{psi}] − GRPO[full]: KL(rollout‖train) averaged over training steps", "nats/token",
+              paired(kl(MAIN, ""), kl(mm.name, v)), kind=KIND_STRUCTURAL, evidence="table_controls",
+              construction=BY_DESIGN_FULL, note=f"{CONTROL_NOTE}: its manipulation check"),
+    ]
+
+
+# the ledger's sections, in its row order (the theorem checks follow: theory_rows); the controls last
 SECTIONS: tuple[Callable[[Results], list[Claim]], ...] = (
     main_results, tool_use, consistency, credit_assignment, policy_drift, airline, group_size, trunk_failures,
-    training_cost, math_tool_use, sync_frequency, budget_over_training,
+    training_cost, math_tool_use, sync_frequency, budget_over_training, matched_updates, mismatch_control,
 )
 
 
@@ -750,8 +836,8 @@ def evaluate_claims(res: Results) -> pd.DataFrame:
     claims are a family of their own for the Benjamini-Hochberg adjustment (they are reported apart)."""
     claims = build_claims(res)
     rows: list[dict[str, Any] | None] = [None] * len(claims)
-    for timing in (False, True):
-        idx = [i for i, c in enumerate(claims) if c.timing == timing]
+    for family in ((False, False), (False, True), (True, False)):   # (timing, control)
+        idx = [i for i, c in enumerate(claims) if (c.timing, c.control) == family]
         for i, row in zip(idx, evaluate_family([claims[i] for i in idx], res.not_run)):
             rows[i] = row
     return pd.DataFrame([*rows, *theory_rows(res)], columns=[*LEDGER_COLUMNS, "timing"])
@@ -775,8 +861,8 @@ def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
     (p_zero, p_effect) adjusted over its family (evaluate_family); alone, a row is a family of one."""
     d = c.values
     s = summarize(d.values())
-    if c.kind not in (KIND_EMPIRICAL, KIND_STRUCTURAL):
-        raise ValueError(f"claim {c.id}: kind {c.kind!r} is not empirical or structural")
+    if c.kind not in (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_CONTROL):
+        raise ValueError(f"claim {c.id}: kind {c.kind!r} is not empirical, structural or control")
     note = c.note
     p_zero = p_effect = math.nan
     if c.rule == "equivalence":
@@ -920,6 +1006,10 @@ def rules_text() -> list[str]:
         "not rise (table_learning).",
         f"- {KIND_IMPLEMENTATION} / {KIND_DERIVATION}: the theory rows, a simulation against its own closed "
         "form / against the paper's own expression.",
+        f"- {KIND_CONTROL}: this artifact's controls (source 'control'), not claims of the paper: comparisons of "
+        "arms the paper does not run (GRPO with RTPO's optimizer steps per training step; RTPO and GRPO under "
+        "psi = full), scored by the effect rule against the effect their note names; 'reproduced' there means the "
+        "stated effect is shown. Their structural manipulation check counts with the structural rows.",
         "Verdict rules (the `rule` column and the kind say which applies):",
         f"- {RULE_EFFECT} Minimal effects by unit: "
         + ", ".join(f"{v:g} {u}" for u, v in MIN_EFFECT.items()) + ".",
@@ -928,7 +1018,7 @@ def rules_text() -> list[str]:
         f"- {RULE_THEORY}",
         "Multiplicity: the verdicts of the empirical rows use Benjamini-Hochberg adjusted p-values (statsmodels "
         "multipletests, fdr_bh) over the ledger's scored empirical rows, one family per test (p_zero, p_effect; "
-        "the wall-clock claims are a family of their own); the intervals shown are the unadjusted 95 % ones, so a "
+        "the wall-clock claims and the controls are families of their own); the intervals shown are the unadjusted 95 % ones, so a "
         "row whose interval excludes 0 may still be inconclusive.",
         "95 % interval: mean ± t(0.975, n−1)·sd/√n over the per-seed effects (ddof = 1; exact Student-t "
         "quantiles); differences between methods are paired by seed. An ablation arm that is the main grid's "

@@ -114,6 +114,11 @@ PAPER: dict[str, PaperFigure] = {
     "budget_tool_calls": F("§G.7, Table 21", "7.34 → 0.94", change=100 * (0.94 / 7.34 - 1)),
     "budget_tokens": F("§G.7, Table 21", "8,013.5 → 1,669.3", change=100 * (1669.3 / 8013.5 - 1)),
     "budget_tool_success": F("§G.7, Table 21", "74.04 → 93.33 %", change=100 * (93.33 / 74.04 - 1)),
+    # ---- this artifact's controls (docs/design-controls.md 1-2): no arm of the paper, no figure --------------
+    "control_matched_updates": F("control (this artifact)", "no such arm in the paper: GRPO with RTPO's "
+                                 "optimizer steps per training step"),
+    "control_mismatch": F("control (this artifact)", "no such arm in the paper: RTPO and GRPO under psi = full "
+                          "on knowledge QA"),
     # ---- §C theorems (checked by `rtpo theory`) -----------------------------------------------------------
     "theorems": F("§C", "proved (§C)"),
 }

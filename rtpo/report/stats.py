@@ -34,7 +34,8 @@ KIND_EMPIRICAL = "empirical"                     # a comparison of trained runs 
 KIND_STRUCTURAL = "structural"                   # holds by construction: never evidence for the paper
 KIND_IMPLEMENTATION = "implementation check"     # a simulation against its own closed form (theory rows)
 KIND_DERIVATION = "derivation check"             # a simulation against the paper's own expression (theory rows)
-KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION)
+KIND_CONTROL = "control"                         # an empirical comparison of this artifact's controls, not a paper claim
+KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION, KIND_CONTROL)
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, BY_CONSTRUCTION,
             AGAINST_CONSTRUCTION)
 ALPHA = 0.05   # two-sided level of every interval and test (95 % CIs; one-sided tests at ALPHA / 2)

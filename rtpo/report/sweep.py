@@ -2,19 +2,32 @@
 
 The paper's central mechanism (§1, §2.1, §F.1-F.2): a flat method samples turn k under c_k = psi(S_k)
 but scores it under the full history, so the rollout-training mismatch grows with the turns a psi
-drops and with the horizon; RTPO trains on (c_k, turn k) rows, so it has none. The sweep varies both
-(search questions of exactly K hops x psi x method, rtpo.experiment.sweep_cells) and this module writes:
+drops and with the horizon; RTPO trains on (c_k, turn k) rows, so it has none. The sweep crosses the
+horizon K with a 2 x 2 contrast, psi in {lossy, full} x {RTPO, flat} (rtpo.experiment.sweep_cells), and the
+report reads it as a difference of differences: at each K the interaction
+
+    (RTPO − flat)[lossy] − (RTPO − flat)[full]       (pp of pass@1, paired by seed)
+
+is what the mismatch adds to RTPO's lead (the shared difficulty of K and any psi-independent edge cancel),
+and its growth from the shortest to the longest K is the mechanism claim. Before any gap is read, each
+cell's learning over the no-RL arm (the sweep base model evaluated untrained under the same K and psi) is
+shown, and the flat methods' budget against RTPO's realised trajectories per prompt. This module writes:
 
   <tables>/sweep_horizon.{csv,md}  per (K, psi, method): seeds, pass@1 and hit (mean and 95 % t-interval
-                                   over seeds), the paired difference to RTPO, the mismatch the method
-                                   trained under (geometric-mean ratio, KL(rollout || train) per token,
-                                   share beyond the clip range), context_overflow, trajectories per prompt
-  <tables>/sweep_claims.{csv,md}   ledger rows for the paper's claims the sweep can test (the ledger's
-                                   rules and columns: rtpo.report.ledger.evaluate_claim)
-  <figures>/sweep_horizon.png      pass@1 difference (RTPO - method) and mismatch against K, one column per psi
+                                   over seeds), learning = trained − untrained (paired by seed, with its
+                                   verdict), RTPO − method (paired), the mismatch the method trained under,
+                                   trajectories per prompt (E.3's count), the budget ratio to RTPO's and its
+                                   flag beyond 1.0 ± 10 %, Adam steps per training step
+  <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.ledger.evaluate_family: the ledger's rules, one
+                                   Benjamini-Hochberg family): the interaction at every K, its growth over K,
+                                   and the manipulation check (the flat method's KL under lossy psi against
+                                   full: structural)
+  <figures>/sweep_horizon.png      pass@1 (the untrained arm too), RTPO − method and the mismatch against K,
+                                   one column per psi, and the interaction against K
 
-Every number comes from the runs' own files (eval JSON `overall`, metrics.jsonl step records); a file
-the config's sweep expects and that is absent is an error naming it.
+Optional arms (sweep.optional: e.g. psi truncate:1, GRPO-TIS) are in the table, never in the claim rows.
+Every number comes from the runs' own files (eval JSON `overall`, metrics.jsonl step records, run.json); a
+file the config's sweep expects and that is absent is an error naming it.
 """
 
 from __future__ import annotations
@@ -27,14 +40,17 @@ import numpy as np
 import pandas as pd
 
 from rtpo.atomic import atomic_call, atomic_write_text
-from rtpo.experiment import SWEEP, Experiment, RunKey
+from rtpo.experiment import SWEEP, UNTRAINED, Experiment, RunKey, variant_name
+from rtpo.methods.cards import card
 from rtpo.report.load import check_run, read_eval_json, read_metrics_jsonl
 from rtpo.report.paper_reference import PaperFigure
-from rtpo.report.stats import KIND_EMPIRICAL, summarize
+from rtpo.report.stats import (INCONCLUSIVE, KIND_EMPIRICAL, KIND_STRUCTURAL, NO_EFFECT,
+                               NOT_REPRODUCED, REPRODUCED, SMALLER, effect_verdict, summarize, unscorable)
 
 STEP_METRICS = ("geo_ratio", "kl_rollout_train", "abs_dlogp", "clip_share", "context_overflow",
-                "rollouts_per_prompt")
+                "rollouts_per_prompt", "trajectories_per_prompt")
 REFERENCE = "rtpo"  # the method every difference is taken against
+FULL = "full"       # the contrast's psi without mismatch
 PAPER_SWEEP = {
     "horizon_gap": PaperFigure("§1, §F.1", "multi-turn RL degrades as the number of turns increases; long horizons "
                                "amplify the mismatch, which RTPO eliminates (no figure)"),
@@ -43,10 +59,14 @@ PAPER_SWEEP = {
     "mismatch_gap": PaperFigure("§2.1, §F.1", "the mismatch biases flat training; RTPO structurally eliminates it "
                                 "(no figure)"),
 }
-# the paper gives no figure for these slopes: the smallest effect the rows test against, stated in each row
-MIN_SLOPE_PP = 0.5      # pp of pass@1 per hop (2 pp from K = 2 to K = 6)
-MIN_SLOPE_KL = 0.002    # nats / token per hop
-MIN_GAP_PP = 2.0        # pp of pass@1
+# the paper gives no figure for these effects: the smallest each row tests against, stated in the row
+MIN_GAP_PP = 2.0        # pp of pass@1: the interaction at one K, and its change from the shortest K to the longest
+MIN_LEARNING_PP = 1.0   # pp of pass@1: a cell's learning over the untrained base model (the ledger's minimal pp)
+BUDGET_TOLERANCE = 0.10  # a flat cell whose trajectories per prompt are beyond RTPO's ± 10 % is flagged (as table_budget)
+# a cell's learning, in words: the ledger's verdict (RULE_EFFECT, unadjusted: one cell is read alone) of
+# "trained − untrained > 0, at least MIN_LEARNING_PP"
+LEARNING_WORDS = {REPRODUCED: "learned", NOT_REPRODUCED: "worse than untrained",
+                  SMALLER: f"learned, < {MIN_LEARNING_PP:g} pp", NO_EFFECT: f"no learning of {MIN_LEARNING_PP:g} pp"}
 
 
 def _required(path: Path) -> Path:
@@ -56,29 +76,46 @@ def _required(path: Path) -> Path:
 
 
 def _step_means(path: Path, key: RunKey) -> dict[str, float]:
-    """Mean over a run's step records of each of STEP_METRICS (NaN where no record measured it), read by
-    the report's reader (rtpo.report.load.read_metrics_jsonl: a bad or non-finite value names path:line)."""
+    """Mean over a run's step records of each of STEP_METRICS (NaN where no record measured it), read by the
+    report's reader (rtpo.report.load.read_metrics_jsonl: a bad or non-finite value names path:line), plus
+    `adam_steps_per_step`: the optimizer steps the run took per training step (its last record's
+    train_version over its records: RTPO takes one per turn stage, a flat method one).
+
+    `trajectories_per_prompt` is E.3's count, as the main grid's table_budget counts it: complete
+    trajectories per prompt, RTPO's trunks plus the siblings forked at every realised boundary, without the
+    trunk's own continuation regenerated from S_{k+1} (the `rollouts` kind "continuation")."""
     recs = read_metrics_jsonl(_required(path), key)
+    for r in recs:
+        if "rollouts_per_prompt" in r:
+            cont = r.get("rollouts_continuation", math.nan)
+            r["trajectories_per_prompt"] = r["rollouts_per_prompt"] - (0.0 if math.isnan(cont) else cont)
     out = {}
     for k in STEP_METRICS:
         vals = [r[k] for r in recs if k in r and not math.isnan(r[k])]
         out[k] = float(np.mean(vals)) if vals else math.nan
+    versions = [r["train_version"] for r in recs if not math.isnan(r.get("train_version", math.nan))]
+    out["adam_steps_per_step"] = versions[-1] / len(recs) if versions and recs else math.nan
     return out
 
 
 def load_sweep(results: str | Path, cfg: dict[str, Any]) -> pd.DataFrame:
-    """One row per (K, psi, method, seed) of config `sweep`: pass@1 and hit (eval JSON `overall`) and the
-    step-record means of STEP_METRICS. The runs are the experiment's (rtpo.experiment, scope "sweep"), read
-    with the main report's readers (rtpo.report.load)."""
+    """One row per (K, psi, method, seed) of config `sweep`: its arm (contrast, optional, no-RL), whether it
+    trains, pass@1 and hit (eval JSON `overall`) and, for a run that trains, the step-record means of
+    STEP_METRICS and its Adam steps per step. The runs are the experiment's (rtpo.experiment, scope "sweep"),
+    read with the main report's readers (rtpo.report.load); an untrained run has no step records."""
     root = str(results)
+    exp = Experiment(cfg)
     rows = []
-    for r in Experiment(cfg).select(SWEEP):
+    for r in exp.select(SWEEP):
+        cell = exp.sweep_cell(r.key)
         path = Path(r.eval_file(root))
         overall = next(row for row in read_eval_json(_required(path), r.key) if row["benchmark"] == "overall")
         check_run(Path(r.run_dir(root)), r.key)
-        rows.append({"hops": int(r.variant.split("/")[0][1:]), "psi": r.value, "method": r.method, "seed": r.seed,
-                     "pass1": overall.get("pass@1", math.nan), "hit": overall.get("hit", math.nan),
-                     **_step_means(Path(r.run_dir(root)) / "metrics.jsonl", r.key)})
+        steps = (_step_means(Path(r.run_dir(root)) / "metrics.jsonl", r.key) if r.trains
+                 else dict.fromkeys((*STEP_METRICS, "adam_steps_per_step"), math.nan))
+        rows.append({"hops": cell.hops, "psi": cell.psi, "method": r.method, "arm": cell.arm, "seed": r.seed,
+                     "trains": r.trains, "pass1": overall.get("pass@1", math.nan), "hit": overall.get("hit", math.nan),
+                     **steps})
     return pd.DataFrame(rows)
 
 
@@ -93,118 +130,244 @@ def _diff_pp(df: pd.DataFrame, hops: int, psi: str, a: str, b: str, col: str = "
     return {s: 100.0 * (x[s] - y[s]) for s in sorted(set(x) & set(y))}
 
 
+def interaction(df: pd.DataFrame, hops: int, lossy: str, method: str) -> dict[int, float]:
+    """{seed: (RTPO − method)[lossy] − (RTPO − method)[full]} in pp of pass@1 at horizon K, over the seeds
+    all four cells have (each difference paired by seed: same base model, prompts and sampling seeds)."""
+    a, b = _diff_pp(df, hops, lossy, REFERENCE, method), _diff_pp(df, hops, FULL, REFERENCE, method)
+    return {s: a[s] - b[s] for s in sorted(set(a) & set(b))}
+
+
+def interaction_growth(df: pd.DataFrame, hops: list[int], lossy: str, method: str) -> dict[int, float]:
+    """{seed: the interaction's least-squares slope over K times (K_max − K_min)}: its fitted change from the
+    shortest horizon to the longest, in pp (with two horizons, the difference itself), seeds present at every K."""
+    from scipy.stats import linregress
+
+    per_k = [interaction(df, k, lossy, method) for k in hops]
+    seeds = sorted(set.intersection(*(set(d) for d in per_k))) if per_k else []
+    span = max(hops) - min(hops)
+    return {s: float(linregress(hops, [d[s] for d in per_k]).slope) * span for s in seeds}
+
+
+def learning(df: pd.DataFrame, hops: int, psi: str, method: str) -> dict[int, float]:
+    """{seed: 100 (trained − untrained pass@1)} of one cell against the no-RL arm at the same (K, psi)."""
+    return _diff_pp(df, hops, psi, method, UNTRAINED)
+
+
+def learning_verdict(values: dict[int, float]) -> str:
+    """A cell's learning in words (LEARNING_WORDS), from the ledger's rule; "inconclusive (n = N)" where the
+    seeds cannot decide it."""
+    s = summarize(values.values())
+    if unscorable(s, MIN_LEARNING_PP):
+        return f"{INCONCLUSIVE} (n = {s.n})"
+    v = effect_verdict(s, 1, MIN_LEARNING_PP)
+    return LEARNING_WORDS.get(v, f"{INCONCLUSIVE} (n = {s.n})")
+
+
+def budget_ratio(df: pd.DataFrame, hops: int, psi: str, method: str) -> float:
+    """A flat cell's trajectories per prompt over RTPO's realised ones at the same (K, psi), each the mean over
+    its seeds (E.3's count): 1.0 is a matched budget."""
+    a = summarize(_per_seed(df, hops, psi, method, "trajectories_per_prompt").values()).mean
+    b = summarize(_per_seed(df, hops, psi, REFERENCE, "trajectories_per_prompt").values()).mean
+    return a / b if b and not (math.isnan(a) or math.isnan(b)) else math.nan
+
+
+def budget_flag(ratio: float) -> bool:
+    """Whether a budget ratio lies beyond 1.0 ± BUDGET_TOLERANCE (NaN: not flagged, nothing to compare)."""
+    return (not math.isnan(ratio)) and abs(ratio - 1.0) > BUDGET_TOLERANCE + 1e-12
+
+
 def horizon_table(df: pd.DataFrame) -> pd.DataFrame:
-    """Per (K, psi, method): n seeds, pass@1 / hit (%) with 95 % t-intervals, RTPO - method (pp, paired by
-    seed), and the means over seeds of the mismatch metrics and context_overflow."""
+    """Per (K, psi, method): arm, n seeds, pass@1 / hit (%) with 95 % t-intervals, learning over the untrained
+    arm (pp, paired by seed) with its verdict, RTPO − method (pp, paired by seed), the means over seeds of the
+    mismatch metrics and context_overflow, trajectories per prompt (E.3's count, and every rollout kind), the
+    flat cells' budget ratio to RTPO and its flag, and the Adam steps per training step."""
     rows = []
+    nan = math.nan
     for (k, psi, m), d in df.groupby(["hops", "psi", "method"], sort=False):
         p, h = summarize(100 * d.pass1), summarize(100 * d.hit)
-        gap = summarize(_diff_pp(df, k, psi, REFERENCE, m).values()) if m != REFERENCE else None
-        rows.append({"K": k, "psi": psi, "method": m, "n": p.n,
+        trained = bool(d.trains.any())
+        learn = summarize(learning(df, k, psi, m).values()) if trained and UNTRAINED in set(df.method) else None
+        gap = summarize(_diff_pp(df, k, psi, REFERENCE, m).values()) if trained and m != REFERENCE else None
+        ratio = budget_ratio(df, k, psi, m) if trained and m != REFERENCE and card(m).budget_key else nan
+        rows.append({"K": k, "psi": psi, "method": m, "arm": d.arm.iloc[0], "n": p.n,
                      "pass@1": p.mean, "pass@1_lo": p.lo, "pass@1_hi": p.hi, "hit": h.mean,
-                     "rtpo_minus_method_pp": gap.mean if gap else math.nan,
-                     "gap_lo": gap.lo if gap else math.nan, "gap_hi": gap.hi if gap else math.nan,
+                     "learning_pp": learn.mean if learn else nan, "learning_lo": learn.lo if learn else nan,
+                     "learning_hi": learn.hi if learn else nan,
+                     "learning": learning_verdict(learning(df, k, psi, m)) if learn else "",
+                     "rtpo_minus_method_pp": gap.mean if gap else nan,
+                     "gap_lo": gap.lo if gap else nan, "gap_hi": gap.hi if gap else nan,
                      "geo_ratio": d.geo_ratio.mean(), "kl_rollout_train": d.kl_rollout_train.mean(),
                      "clip_share": d.clip_share.mean(), "context_overflow": d.context_overflow.mean(),
-                     "trajectories_per_prompt": d.rollouts_per_prompt.mean()})
+                     "trajectories_per_prompt": d.trajectories_per_prompt.mean(),
+                     "rollouts_per_prompt": d.rollouts_per_prompt.mean(),
+                     "budget_ratio": ratio, "budget_flag": budget_flag(ratio),
+                     "adam_steps_per_step": d.adam_steps_per_step.mean()})
     return pd.DataFrame(rows)
 
 
-def _slopes(hops: list[int], per_seed: list[dict[int, float]]) -> dict[int, float]:
-    """{seed: least-squares slope over K} of one value per K (scipy.stats.linregress), seeds present at every K."""
-    from scipy.stats import linregress
-
-    seeds = sorted(set.intersection(*(set(d) for d in per_seed))) if per_seed else []
-    out = {}
-    for s in seeds:
-        ys = [d[s] for d in per_seed]
-        if all(math.isfinite(y) for y in ys):
-            out[s] = float(linregress(hops, ys).slope)
-    return out
+def _contrast(cfg: dict[str, Any]) -> tuple[list[int], list[str], list[str]]:
+    """(horizons, lossy psi of the contrast, flat methods of the contrast)."""
+    sw = cfg["sweep"]
+    return (sorted(int(k) for k in sw["hops"]), [str(p) for p in sw["psi"] if str(p) != FULL],
+            [m for m in sw["methods"] if m != REFERENCE])
 
 
-def _mean_over(dicts: list[dict[int, float]]) -> dict[int, float]:
-    seeds = sorted(set.intersection(*(set(d) for d in dicts))) if dicts else []
-    return {s: float(np.mean([d[s] for d in dicts])) for s in seeds}
+def _fmt_interval(mean: float, lo: float, hi: float) -> str:
+    if math.isnan(mean):
+        return "—"
+    if math.isnan(lo):
+        return f"{mean:+.1f}"
+    return f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]"
 
 
-def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any]) -> list:
-    """The paper's claims the sweep tests, as ledger Claims (rtpo.report.ledger): per flat method m of the
-    sweep (GRPO; GRPO-TIS is not in the paper, so its rows are labelled as ours), under every psi != full:
-    (1) RTPO - m grows with K (slope per seed, pp per hop, mean over those psi); (2) m's KL(rollout || train)
-    grows with K; (3) at the largest K, RTPO - m is larger under the psi with the largest mismatch than under
-    psi = full."""
+def _cells_note(table: pd.DataFrame, hops: list[int], psis: list[str], method: str) -> str:
+    """The learning of the four cells of each K and the flat method's budget ratio there, for a claim row's
+    note, with any budget ratio beyond 1.0 ± 10 % named."""
+    parts, flagged = [], []
+    for k in hops:
+        learn = []
+        for psi in psis:
+            for m in (REFERENCE, method):
+                r = table[(table.K == k) & (table.psi == psi) & (table.method == m)]
+                if len(r):
+                    r = r.iloc[0]
+                    learn.append(f"{m}[{psi}] {_fmt_interval(r.learning_pp, r.learning_lo, r.learning_hi)} "
+                                 f"({r.learning or 'no untrained arm'})")
+                    if m == method and bool(r.budget_flag):
+                        flagged.append(f"K = {k} psi = {psi}: {r.budget_ratio:.2f}")
+        ratios = [table[(table.K == k) & (table.psi == psi) & (table.method == method)].budget_ratio for psi in psis]
+        ratio = ", ".join(f"{psi} {x.iloc[0]:.2f}" for psi, x in zip(psis, ratios) if len(x))
+        parts.append(f"K = {k}: learning over untrained (pp) " + "; ".join(learn) + f"; budget {method} / RTPO {ratio}")
+    note = " | ".join(parts)
+    if flagged:
+        note += (f" | budget ratio beyond 1.0 ± {100 * BUDGET_TOLERANCE:.0f} % (sweep.rtpo_trajectories is off "
+                 f"RTPO's realised count): " + "; ".join(flagged))
+    return note
+
+
+def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | None = None) -> list:
+    """The claims the sweep tests, as ledger Claims (rtpo.report.ledger), per lossy psi p and flat method m of
+    the contrast: (1) at each K, the interaction (RTPO − m)[p] − (RTPO − m)[full] > 0; (2) its growth from the
+    shortest K to the longest > 0 (the mechanism: the lead the mismatch gives RTPO grows with the horizon);
+    (3) the manipulation check, m's KL(rollout ‖ train) under p above its KL under full (structural). Each
+    empirical row's note carries the learning of the cells it reads and the budget ratios."""
     from rtpo.report.ledger import Claim
 
     sw = cfg["sweep"]
-    hops = sorted(int(k) for k in sw["hops"])
-    lossy = [p for p in sw["psi"] if p != "full"]
+    table = horizon_table(df) if table is None else table
+    hops, lossy, flat = _contrast(cfg)
+    seeds = f"seeds {list(sw['seeds'])}"
     claims = []
-    for m in [x for x in sw["methods"] if x != REFERENCE]:
-        ours = "" if m == "grpo" else "; not a comparison the paper makes (verl's rollout correction, ours)"
-        gap_slopes = [_slopes(hops, [_diff_pp(df, k, p, REFERENCE, m) for k in hops]) for p in lossy]
-        claims.append(Claim(
-            id=f"sweep-gap-horizon-{m}", ref=PAPER_SWEEP["horizon_gap"],
-            claim=f"RTPO's lead over {m} grows with the horizon K under a lossy psi",
-            quantity=f"slope over K = {hops} of RTPO − {m} pass@1, mean over psi ∈ {lossy}", unit="pp/hop",
-            values=_mean_over(gap_slopes) if lossy else {}, sign=1, kind=KIND_EMPIRICAL,
-            effect=MIN_SLOPE_PP, effect_basis=f"no paper figure: minimal effect {MIN_SLOPE_PP:g} pp per hop",
-            evidence="results/tables/sweep_horizon.csv", note=f"seeds {list(sw['seeds'])}{ours}"))
-        kl_slopes = [_slopes(hops, [_per_seed(df, k, p, m, "kl_rollout_train") for k in hops]) for p in lossy]
-        claims.append(Claim(
-            id=f"sweep-mismatch-horizon-{m}", ref=PAPER_SWEEP["horizon_mismatch"],
-            claim=f"{m}'s rollout–training mismatch grows with the horizon K under a lossy psi",
-            quantity=f"slope over K of {m}'s KL(rollout ‖ train) per token, mean over psi ∈ {lossy}",
-            unit="nats/token/hop", values=_mean_over(kl_slopes) if lossy else {}, sign=1, kind=KIND_EMPIRICAL,
-            effect=MIN_SLOPE_KL, effect_basis=f"no paper figure: minimal effect {MIN_SLOPE_KL:g} nats/token per hop",
-            evidence="results/tables/sweep_horizon.csv", note=f"seeds {list(sw['seeds'])}{ours}"))
-        if lossy and "full" in sw["psi"]:
-            kmax = hops[-1]
-            worst = max(lossy, key=lambda p: np.nanmean(list(_per_seed(df, kmax, p, m, "kl_rollout_train").values())
-                                                           or [math.nan]))
-            a, b = _diff_pp(df, kmax, worst, REFERENCE, m), _diff_pp(df, kmax, "full", REFERENCE, m)
+    for m in flat:
+        for p in lossy:
+            tag = f"{m}-{variant_name(p)}"
+            for k in hops:
+                claims.append(Claim(
+                    id=f"sweep-interaction-{tag}-h{k}", ref=PAPER_SWEEP["mismatch_gap"],
+                    claim=f"at K = {k}, RTPO's lead over {m} is larger under psi = {p} than under psi = full",
+                    quantity=f"(RTPO − {m}) under psi = {p} minus under psi = full, K = {k}, pass@1, paired by seed",
+                    unit="pp", values=interaction(df, k, p, m), sign=1, kind=KIND_EMPIRICAL, effect=MIN_GAP_PP,
+                    effect_basis=f"no paper figure: minimal effect {MIN_GAP_PP:g} pp",
+                    evidence="results/tables/sweep_horizon.csv",
+                    note=f"{seeds}; " + _cells_note(table, [k], [p, FULL], m)))
             claims.append(Claim(
-                id=f"sweep-gap-mismatch-{m}", ref=PAPER_SWEEP["mismatch_gap"],
-                claim=f"at the longest horizon, RTPO's lead over {m} is larger under the psi with the largest mismatch",
-                quantity=f"(RTPO − {m}) under psi = {worst} minus under psi = full, K = {kmax}, pass@1",
-                unit="pp", values={s: a[s] - b[s] for s in sorted(set(a) & set(b))}, sign=1, kind=KIND_EMPIRICAL,
-                effect=MIN_GAP_PP, effect_basis=f"no paper figure: minimal effect {MIN_GAP_PP:g} pp",
-                evidence="results/tables/sweep_horizon.csv", note=f"seeds {list(sw['seeds'])}{ours}"))
+                id=f"sweep-interaction-growth-{tag}", ref=PAPER_SWEEP["horizon_gap"],
+                claim=f"the interaction (RTPO − {m})[{p}] − (RTPO − {m})[full] grows with the horizon K",
+                quantity=f"the interaction's least-squares slope over K = {hops} per seed, times {max(hops) - min(hops)} "
+                         f"(its fitted change from K = {min(hops)} to K = {max(hops)})",
+                unit="pp", values=interaction_growth(df, hops, p, m), sign=1, kind=KIND_EMPIRICAL, effect=MIN_GAP_PP,
+                effect_basis=f"no paper figure: minimal effect {MIN_GAP_PP:g} pp from K = {min(hops)} to {max(hops)}",
+                evidence="results/tables/sweep_horizon.csv",
+                note=f"{seeds}; the mechanism claim: " + _cells_note(table, hops, [p, FULL], m)))
+            kl = {}
+            for k in hops:
+                a, b = _per_seed(df, k, p, m, "kl_rollout_train"), _per_seed(df, k, FULL, m, "kl_rollout_train")
+                for s in set(a) & set(b):
+                    kl.setdefault(s, []).append(a[s] - b[s])
+            claims.append(Claim(
+                id=f"sweep-mismatch-{tag}", ref=PAPER_SWEEP["horizon_mismatch"],
+                claim=f"{m} trains under a rollout–training mismatch under psi = {p} and none under psi = full",
+                quantity=f"{m}'s KL(rollout ‖ train) per token under psi = {p} minus under full, mean over K = {hops}",
+                unit="nats/token", values={s: float(np.mean(v)) for s, v in sorted(kl.items()) if len(v) == len(hops)},
+                sign=1, kind=KIND_STRUCTURAL, evidence="results/tables/sweep_horizon.csv",
+                construction=(f"the manipulation check: under full {m} samples and scores the same ids (KL 0 up to "
+                              f"float rounding); under {p} it scores turns under history its rollout did not see, "
+                              "and the k3 KL estimator is >= 0 per token"),
+                note=seeds))
     return claims
 
 
-def plot_sweep(table: pd.DataFrame, path: Path) -> None:
-    """Row 1: RTPO − method pass@1 (pp) against K with 95 % intervals, one line per method; row 2: each
-    method's KL(rollout ‖ train) per token against K. One column per psi."""
+def undecided_note(row: dict[str, Any]) -> str:
+    """What an inconclusive empirical row could not decide at its n (appended to its note)."""
+    if row["kind"] != KIND_EMPIRICAL or row["verdict"] != INCONCLUSIVE:
+        return ""
+    n = int(row["n"])
+    if n < 2 or math.isnan(row["ci95_lo"]) or "cannot be scored" in str(row["note"]):
+        return f"inconclusive at n = {n} seeds"
+    return (f"inconclusive at n = {n} seeds: neither 0 nor the minimal effect is excluded once adjusted "
+            f"(raw 95 % interval [{row['ci95_lo']:+.2f}, {row['ci95_hi']:+.2f}])")
+
+
+def plot_sweep(table: pd.DataFrame, claims: pd.DataFrame, path: Path) -> None:
+    """One column per psi: pass@1 against K per method, the untrained arm dashed (row 1); RTPO − method
+    (row 2); each method's KL(rollout ‖ train) per token (row 3). A last column: the interaction rows' means
+    and 95 % intervals against K."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     psis = list(dict.fromkeys(table.psi))
-    fig, axes = plt.subplots(2, len(psis), figsize=(4.2 * len(psis), 6.4), squeeze=False, sharex=True)
+    # one colour per method in every panel
+    colour = {m: f"C{i}" for i, m in enumerate(dict.fromkeys([UNTRAINED, REFERENCE, *table.method]))}
+    inter = claims[claims.claim_id.str.startswith("sweep-interaction-") & ~claims.claim_id.str.contains("-growth-")]
+    fig, axes = plt.subplots(3, len(psis) + 1, figsize=(4.0 * (len(psis) + 1), 9.0), squeeze=False, sharex=True)
+    ks = sorted(set(int(k) for k in table.K))
     for j, psi in enumerate(psis):
         d = table[table.psi == psi]
         ax = axes[0][j]
-        for m, dm in d[d.method != REFERENCE].groupby("method", sort=False):
-            lo, hi = dm.rtpo_minus_method_pp - dm.gap_lo, dm.gap_hi - dm.rtpo_minus_method_pp
-            ax.errorbar(dm.K, dm.rtpo_minus_method_pp, yerr=[lo.fillna(0), hi.fillna(0)], marker="o", capsize=3,
-                        label=f"RTPO − {m}")
-        ax.axhline(0, color="grey", lw=0.8)
+        for m, dm in d.groupby("method", sort=False):
+            lo, hi = dm["pass@1"] - dm["pass@1_lo"], dm["pass@1_hi"] - dm["pass@1"]
+            ax.errorbar(dm.K, dm["pass@1"], yerr=[lo.fillna(0), hi.fillna(0)], marker="o", capsize=3, color=colour[m],
+                        ls="--" if m == UNTRAINED else "-", label="untrained" if m == UNTRAINED else m)
         ax.set_title(f"psi = {psi}")
-        ax.set_ylabel("pass@1 difference (pp)" if j == 0 else "")
+        ax.set_ylabel("pass@1 (%)" if j == 0 else "")
         ax.legend(fontsize=8)
         ax = axes[1][j]
-        for m, dm in d.groupby("method", sort=False):
-            ax.plot(dm.K, dm.kl_rollout_train, marker="o", label=m)
+        for m, dm in d[(d.method != REFERENCE) & (d.method != UNTRAINED)].groupby("method", sort=False):
+            lo, hi = dm.rtpo_minus_method_pp - dm.gap_lo, dm.gap_hi - dm.rtpo_minus_method_pp
+            ax.errorbar(dm.K, dm.rtpo_minus_method_pp, yerr=[lo.fillna(0), hi.fillna(0)], marker="o", capsize=3,
+                        color=colour[m], label=f"RTPO − {m}")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_ylabel("pass@1 difference (pp)" if j == 0 else "")
+        ax.legend(fontsize=8)
+        ax = axes[2][j]
+        for m, dm in d[d.method != UNTRAINED].groupby("method", sort=False):
+            ax.plot(dm.K, dm.kl_rollout_train, marker="o", color=colour[m], label=m)
         ax.set_xlabel("horizon K (hops)")
-        ax.set_xticks(sorted(set(int(k) for k in table.K)))
         ax.set_ylabel("KL(rollout ‖ train) per token" if j == 0 else "")
         ax.legend(fontsize=8)
+    ax = axes[0][-1]
+    for tag, g in inter.groupby(inter.claim_id.str.replace(r"-h\d+$", "", regex=True), sort=False):
+        k = g.claim_id.str.extract(r"-h(\d+)$")[0].astype(int)
+        lo, hi = g.ours_mean - g.ci95_lo, g.ci95_hi - g.ours_mean
+        ax.errorbar(k, g.ours_mean, yerr=[lo.fillna(0), hi.fillna(0)], marker="o", capsize=3,
+                    label=tag.removeprefix("sweep-interaction-"))
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_title("interaction: (RTPO − flat)[lossy] − [full]")
+    ax.set_ylabel("pp")
+    ax.set_xlabel("horizon K (hops)")
+    ax.tick_params(labelbottom=True)
+    if len(inter):
+        ax.legend(fontsize=8)
+    for ax in (axes[1][-1], axes[2][-1]):
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xticks(ks)
     # one KL scale for the row, from 0: a panel of its own would blow float noise (~1e-14 under
     # psi = full) up to the size of a real mismatch
-    top = float(table.kl_rollout_train.max()) if len(table) else 0.0
-    for ax in axes[1]:
+    top = float(np.nanmax(table.kl_rollout_train)) if table.kl_rollout_train.notna().any() else 0.0
+    for ax in axes[2][:-1]:
         ax.set_ylim(-0.04 * max(top, 1e-3), max(top, 1e-3) * 1.1)   # points at 0 drawn whole
     n = int(table.n.max()) if len(table) else 0
     fig.suptitle(f"Mechanism sweep: search, K hops × psi (mean and 95 % t-interval over {n} seeds)", fontsize=11)
@@ -212,6 +375,33 @@ def plot_sweep(table: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_call(path, fig.savefig, dpi=120, format="png")
     plt.close(fig)
+
+
+def _table_notes(table: pd.DataFrame) -> list[str]:
+    """The table's reading notes: cells whose learning is not shown, and budget ratios beyond the tolerance."""
+    out = []
+    if UNTRAINED not in set(table.method):
+        out.append("Learning: no untrained arm (sweep.no_rl is false), so no cell's learning is shown.")
+    trained = table[table.learning != ""]
+    shown = trained[trained.learning == LEARNING_WORDS[REPRODUCED]]
+    rest = trained[trained.learning != LEARNING_WORDS[REPRODUCED]]
+    if not trained.empty:
+        out.append(f"Learning over the untrained arm (trained − untrained pass@1, paired by seed, the ledger's rule at a "
+                   f"minimal {MIN_LEARNING_PP:g} pp, unadjusted): shown in {len(shown)} of {len(trained)} trained cells"
+                   + ("." if rest.empty else "; not shown in " + ", ".join(
+                       f"K = {r.K} psi = {r.psi} {r.method} ({r.learning})" for r in rest.itertuples()) + "."))
+    flat = table[table.budget_ratio.notna()]
+    bad = flat[flat.budget_flag]
+    if flat.empty:
+        out.append("Budget: no flat cell with a matched chain count.")
+    elif bad.empty:
+        out.append(f"Budget: every flat cell's trajectories per prompt are within 1.0 ± {100 * BUDGET_TOLERANCE:.0f} % "
+                   f"of RTPO's realised count (ratios {flat.budget_ratio.min():.2f}-{flat.budget_ratio.max():.2f}).")
+    else:
+        out.append(f"Budget: beyond 1.0 ± {100 * BUDGET_TOLERANCE:.0f} % of RTPO's realised trajectories per prompt "
+                   "(sweep.rtpo_trajectories is off for these K): " + ", ".join(
+                       f"K = {r.K} psi = {r.psi} {r.method} {r.budget_ratio:.2f}" for r in bad.itertuples()) + ".")
+    return out
 
 
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
@@ -225,23 +415,35 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     tables_dir.mkdir(parents=True, exist_ok=True)
     df = load_sweep(results, cfg)
     table = horizon_table(df)
-    claims = pd.DataFrame(evaluate_family(sweep_claims(df, cfg))).drop(columns="timing")
+    rows = evaluate_family(sweep_claims(df, cfg, table))
+    for r in rows:
+        extra = undecided_note(r)
+        if extra:
+            r["note"] = f"{r['note']}; {extra}" if r["note"] else extra
+    claims = pd.DataFrame(rows).drop(columns="timing")
     paths = [tables_dir / "sweep_horizon.csv", tables_dir / "sweep_horizon.md", tables_dir / "sweep_claims.csv",
              tables_dir / "sweep_claims.md", figures_dir / "sweep_horizon.png"]
     atomic_call(paths[0], table.round(4).to_csv, index=False)
     sw = cfg["sweep"]
+    opt = sw.get("optional") or {}
     atomic_write_text(paths[1], "\n".join([
         "# Mechanism sweep: search questions of K hops x rollout context map psi x method", "",
-        f"K = {sw['hops']}, psi = {sw['psi']}, methods = {sw['methods']}, seeds = {sw['seeds']}; a flat method's "
-        "chains = RTPO's E.3 budget at that K (rtpo.experiment.sweep_budget). pass@1 / hit in %, mean and 95 % t-interval "
-        "over seeds; rtpo_minus_method_pp paired by seed; mismatch metrics: means over training steps and seeds.", "",
+        f"K = {sw['hops']}, the contrast psi = {sw['psi']} x methods = {sw['methods']}, optional arms psi = "
+        f"{opt.get('psi') or []}, methods = {opt.get('methods') or []}; the no-RL arm ({UNTRAINED}: the sweep base "
+        f"model untrained) under every psi; seeds = {sw['seeds']}. A flat method's chains = "
+        "round(sweep.rtpo_trajectories.h<K>) (rtpo.experiment.sweep_budget); budget_ratio = its trajectories per "
+        "prompt over RTPO's realised ones (E.3's count), flagged beyond 1.0 ± 10 %. pass@1 / hit in %, mean and 95 % "
+        "t-interval over seeds; learning_pp = trained − untrained and rtpo_minus_method_pp paired by seed; mismatch "
+        "metrics: means over training steps and seeds.", "", *[x for n in _table_notes(table) for x in (n, "")],
         to_markdown(table.round(3)), ""]) + "\n")
     atomic_call(paths[2], claims.to_csv, index=False)
     atomic_write_text(paths[3], "\n".join([
-        "# Mechanism sweep: the paper's claims it tests", "", f"{len(claims)} claims: {counts_text(claims)}.", "",
+        "# Mechanism sweep: the claims it tests", "", f"{len(claims)} claims: {counts_text(claims)}.", "",
         to_markdown(ledger_display(claims, str(cfg.get("name", "ours")))), ""]) + "\n")
-    plot_sweep(table, paths[4])
+    plot_sweep(table, claims, paths[4])
     return paths
 
 
-__all__ = ["load_sweep", "horizon_table", "sweep_claims", "plot_sweep", "write_sweep"]
+__all__ = ["load_sweep", "horizon_table", "interaction", "interaction_growth", "learning", "learning_verdict",
+           "budget_ratio", "budget_flag", "sweep_claims", "undecided_note", "plot_sweep", "write_sweep",
+           "BUDGET_TOLERANCE", "MIN_GAP_PP", "MIN_LEARNING_PP"]

@@ -27,6 +27,8 @@ share in rtpo.report.table_base; registry `TABLES` here):
   table21_budget                    §G.7 Table 21: per-trunk budget over training steps
   tableG5_tool_use                  §G.5 Tables 18-19: accuracy and tool calls per benchmark
   tableG6_sync                      §G.6: synchronisation frequency study
+  table_controls                    this artifact's controls (not the paper's): GRPO with RTPO's optimizer
+                                    steps per training step; RTPO and GRPO under psi = full
 
 Timings (wall-clock seconds) never sit in these tables: they go to timing_<table>.* files of their
 own (timing_table11_group_size_cost, timing_table14_training_cost, timing_tableG6_sync), so that two
@@ -48,7 +50,7 @@ from rtpo.report.tables_main import (
 )
 from rtpo.report.tables_studies import (
     table02_credit_assignment, table03_continuation, table06_continuation_detail, table10_group_size,
-    table11_group_size_cost, tableG6_sync,
+    table11_group_size_cost, table_controls, tableG6_sync,
 )
 
 
@@ -56,7 +58,7 @@ TABLES: tuple[Callable[[Results], list[Table]], ...] = (
     table01_main, table01_vs_vanilla, table01_gains, table_learning, table_budget, table02_credit_assignment,
     table03_continuation, table06_continuation_detail, table07_airline_online, table08_airline_eval,
     table09_airline_tools, table10_group_size, table11_group_size_cost, table12_trunk_failures,
-    table13_failure_dynamics, table14_training_cost, table21_budget, tableG5_tool_use, tableG6_sync,
+    table13_failure_dynamics, table14_training_cost, table21_budget, tableG5_tool_use, tableG6_sync, table_controls,
 )
 
 

@@ -242,3 +242,71 @@ def tableG6_sync(res: Results) -> list[Table]:
                   pd.DataFrame(rows), pd.DataFrame(disp), notes),
             Table("timing_tableG6_sync", "Synchronisation frequency: training wall-clock (§G.6)",
                   pd.DataFrame(trows), pd.DataFrame(tdisp), [notes[0], seeds_note(res, st.name), TIMING_NOTE])]
+
+
+# ------------------------------------------------------------------------------------------------
+# this artifact's controls (not the paper's): matched optimizer steps, psi = full
+# ------------------------------------------------------------------------------------------------
+
+def optimizer_steps_by_seed(res: Results, task: str, method: str, scope: str = MAIN, variant: str = "") -> dict[int, float]:
+    """{seed: optimizer steps per training step}, from the records' cumulative train_version (the engine's
+    optimizer-step counter): its rise over the recorded steps per step, or its first value alone."""
+    df = res.step_rows(scope, variant, task, method)
+    if df.empty or "train_version" not in df.columns:
+        return {}
+    out = {}
+    for seed, g in df.groupby("seed"):
+        g = g.sort_values("step").dropna(subset=["train_version"])
+        if g.empty:
+            continue
+        tv, st = g["train_version"].astype(float), g["step"].astype(float)
+        span = st.iloc[-1] - st.iloc[0]
+        out[int(seed)] = (tv.iloc[-1] - tv.iloc[0]) / span if span > 0 else tv.iloc[0] / (st.iloc[0] + 1)
+    return out
+
+
+def table_controls(res: Results) -> list[Table]:
+    """The two controls of docs/design-controls.md (ledger rows C.A-*, C.B-*): per task, RTPO, GRPO and GRPO with
+    RTPO's optimizer steps (study matched_updates); on the mismatch study's task, RTPO and GRPO under the main psi
+    and under psi = full (study mismatch). pass@1 (mean over the task's benchmarks; airline: every sample) and the
+    optimizer steps each arm took per training step, from its records."""
+    mu, mm = res.studies.get("matched_updates"), res.studies.get("mismatch")
+    if mu is None and mm is None:
+        return []
+    rows, disp = [], []
+
+    def add(control: str, task: str, arm: str, method: str, psi: str, scope: str = MAIN, variant: str = "") -> None:
+        p1 = (res.eval_by_seed(task, method, "overall", "pass@1", scope, variant) if task == "airline"
+              else res.eval_macro_by_seed([task], method, "pass@1", scope, variant))
+        steps = optimizer_steps_by_seed(res, task, method, scope, variant)
+        keys = {"control": control, "task": task, "arm": arm, "method": method, "psi": psi, "scope": scope,
+                "variant": variant}
+        rows.append(cell(keys, "pass@1", "fraction", p1))
+        rows.append(cell(keys, "optimizer_steps_per_step", "steps", steps))
+        disp.append({"control": control, "task": task, "arm": arm, "psi": psi, "pass@1 (%)": ms(p1, 100),
+                     "optimizer steps / training step": ms(steps, 1, 2), "n seeds": len(p1)})
+
+    def main_psi(task: str, method: str) -> str:
+        return str(res.main_setting(method, task, "psi") or ((res.cfg.get("env") or {}).get(task) or {}).get("psi"))
+    if mu is not None:
+        for variant, task, m in mu.cells:
+            add("A: matched optimizer steps", task, "RTPO", "rtpo", main_psi(task, "rtpo"))
+            add("A: matched optimizer steps", task, method_label(m), m, main_psi(task, m))
+            add("A: matched optimizer steps", task, f"{method_label(m)}-K ({variant})", m, main_psi(task, m),
+                mu.name, variant)
+    if mm is not None:
+        v = mm.variants[0]
+        for m in mm.methods:
+            add("B: psi = full", mm.task, method_label(m), m, main_psi(mm.task, m))
+            add("B: psi = full", mm.task, f"{method_label(m)} [{v.value}]", m, str(v.value), mm.name, v.name)
+    notes = ["Controls of this artifact, not the paper's (docs/design-controls.md 1-2; ledger rows C.A-*, C.B-*). "
+             "A: GRPO-K is GRPO with its own rollouts of each training step cut by prompt into K mini-batches, one "
+             "optimizer step each (train.mini_batches = K, verl's ppo_mini_batch_size meaning), K = RTPO's realised "
+             "stage count on the task. B: the methods under psi = full, where the flat methods sample and train on "
+             "the same context.",
+             "pass@1 in % (mean over the task's benchmarks per seed; airline: over every sample); optimizer steps per "
+             "training step from the runs' records (the rise of train_version per step). Unmarked arms are the main "
+             "grid's runs (seeds " + str(list(res.cfg.get("seeds", []))) + "); the control arms run the ablation "
+             "seeds.", seeds_note(res, mu.name if mu is not None else mm.name)]
+    return [Table("table_controls", "Controls: GRPO with RTPO's optimizer steps; RTPO and GRPO under psi = full",
+                  pd.DataFrame(rows), pd.DataFrame(disp), notes)]

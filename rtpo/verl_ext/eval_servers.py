@@ -59,6 +59,59 @@ def job_ports(env: dict[str, str] | None = None) -> int:
         return int(sock.getsockname()[1]) if sock.getsockname()[1] < 65533 else 40000
 
 
+def ray_auth_mode(env: dict[str, str] | None = None) -> str | None:
+    """The RAY_AUTH_MODE a Ray head of this job and every driver joining it must share (slurm_ray.sh's
+    rule): the user's, else "token" when a token is there to use (RAY_AUTH_TOKEN, or a non-empty
+    RAY_AUTH_TOKEN_PATH / ~/.ray/auth_token, which any earlier local `ray.init()` of Ray 2.60 writes),
+    else None. `ray start --head` turns token authentication on by itself when such a token exists, but a
+    driver's `ray.init(address=...)` takes the mode only from RAY_AUTH_MODE: without it the driver is
+    refused ("InvalidAuthToken") and the evaluation job fails."""
+    env = os.environ if env is None else env
+    if env.get("RAY_AUTH_MODE"):
+        return env["RAY_AUTH_MODE"]
+    path = env.get("RAY_AUTH_TOKEN_PATH") or str(Path(env.get("HOME") or "/nonexistent") / ".ray" / "auth_token")
+    has_file = Path(path).is_file() and Path(path).stat().st_size > 0
+    return "token" if env.get("RAY_AUTH_TOKEN") or has_file else None
+
+
+def set_ray_auth_mode() -> None:
+    """Put ray_auth_mode() into this process's environment, before Ray is imported (Ray reads
+    RAY_AUTH_MODE once, when it is imported: set later, a driver still joins without the token)."""
+    import sys
+
+    mode = ray_auth_mode()
+    if not mode or os.environ.get("RAY_AUTH_MODE") == mode:
+        return
+    if "ray" in sys.modules:
+        raise RuntimeError(f"Ray was imported before this job's authentication mode was set (RAY_AUTH_MODE={mode} "
+                           "is needed: a Ray token exists); export RAY_AUTH_MODE before starting the job")
+    os.environ["RAY_AUTH_MODE"] = mode
+
+
+def join_ray(env_vars: dict[str, str], cpu: bool) -> "LocalRayHead | None":
+    """Join the job's Ray: the cluster RAY_ADDRESS names, else a head of this job's own (its ports, its temp
+    dir; `LocalRayHead`) that this process then joins, both under one authentication mode
+    (`set_ray_auth_mode`). `env_vars` go to every Ray worker; on the CPU harness the head has logical
+    resources (verl's resource pools ask for a GPU). Returns the head this call started (None: joined one)."""
+    head = None
+    if not os.environ.get("RAY_ADDRESS"):
+        set_ray_auth_mode()
+    import ray
+
+    kw: dict[str, Any] = {"runtime_env": {"env_vars": dict(env_vars)}, "ignore_reinit_error": True,
+                          "log_to_driver": False}
+    if not os.environ.get("RAY_ADDRESS"):
+        head = LocalRayHead({**os.environ, **env_vars}, *((32, 1) if cpu else (None, None)))
+        kw["address"] = head.address
+    try:
+        ray.init(**kw)
+    except BaseException:
+        if head is not None:
+            head.stop()
+        raise
+    return head
+
+
 class LocalRayHead:
     """A Ray head of this job alone: `ray start --head --block` on job-derived ports (`job_ports`) with
     its own temp dir (/tmp/rtpo-ray-<job>), stopped with the job (terminating it stops the processes it
@@ -166,7 +219,7 @@ def check_gpus(cfg: dict[str, Any], have: int | None = None) -> None:
     if tp > have:
         raise ValueError(f"verl.tensor_parallel_size = {tp} needs {tp} GPUs per evaluation server, but {seen}; "
                          f"lower verl.tensor_parallel_size or request more GPUs for the job "
-                         f"(workflow/profiles/slurm/config.yaml: gpu of evaluate_run / ablation_evaluate)")
+                         f"(workflow/profiles/default/profile.yaml: gpu of evaluate_run / ablation_evaluate)")
     if tp * rep > have:
         raise ValueError(f"verl.tensor_parallel_size = {tp} x verl.eval_replicas = {rep} needs {tp * rep} GPUs, but "
                          f"{seen}; lower verl.eval_replicas or request {tp * rep} GPUs for the job")
@@ -256,6 +309,8 @@ class EvalServers:
         for k in keys:
             if k in env:
                 os.environ[k] = env[k]
+        if not os.environ.get("RAY_ADDRESS"):
+            set_ray_auth_mode()  # before Ray is imported: it reads the mode once, at import
         import ray
 
         # verl first: a fresh ``import verl`` imports the modules VERL_USE_EXTERNAL_MODULES names, in order (the
@@ -273,13 +328,7 @@ class EvalServers:
         from rtpo.verl_ext.server_engine import ServerEngine
 
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"runtime_env": {"env_vars": {k: env[k] for k in keys if k in env}},
-                                  "ignore_reinit_error": True, "log_to_driver": False}
-            if not os.environ.get("RAY_ADDRESS"):  # this job's own head: its ports, its temp dir
-                # the CPU harness: logical resources (verl's resource pools ask for a GPU)
-                self._head = LocalRayHead({**os.environ, **env}, *((32, 1) if self.cpu else (None, None)))
-                kw["address"] = self._head.address
-            ray.init(**kw)
+            self._head = join_ray({k: env[k] for k in keys if k in env}, self.cpu)
             self._started_ray = True
         config = compose(self.overrides)
         self.manager = LLMServerManager.create(config)

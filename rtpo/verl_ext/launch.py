@@ -70,6 +70,30 @@ def checkpoint_keep(tr: dict[str, Any]) -> int:
     return keep
 
 
+def train_key(cfg: dict[str, Any], method: str, task: str, key: str) -> str:
+    """Where a run's train.<key> is set: method.<m>.per_task.<task>.<key>, method.<m>.<key> or train.<key>."""
+    m = (cfg.get("method") or {}).get(method) or {}
+    if key in ((m.get("per_task") or {}).get(task) or {}):
+        return f"method.{method}.per_task.{task}.{key}"
+    return f"method.{method}.{key}" if key in m else f"train.{key}"
+
+
+def mini_batch_problem(cfg: dict[str, Any], method: str, task: str) -> str | None:
+    """Why train.mini_batches cannot be verl's actor.ppo_mini_batch_size = prompts_per_step / mini_batches
+    (it must divide: verl cuts train_batch_size prompts into train_batch_size / ppo_mini_batch_size
+    mini-batches, each with all of a prompt's rollout.n responses), naming the keys; None when it can."""
+    from rtpo.config import method_settings
+
+    tr = method_settings(cfg, method, task)["train"]
+    n, k = int(tr["prompts_per_step"]), int(tr.get("mini_batches", 1))
+    if n % k == 0:
+        return None
+    return (f"{train_key(cfg, method, task, 'mini_batches')} = {k} does not divide "
+            f"{train_key(cfg, method, task, 'prompts_per_step')} = {n} ({method} on {task}): verl's "
+            f"actor.ppo_mini_batch_size would be {n}/{k} prompts; choose mini_batches among "
+            f"{[d for d in range(1, n + 1) if n % d == 0]} or change prompts_per_step")
+
+
 def trainer_mode(method: str, m: dict[str, Any]) -> str:
     """The V1 trainer mode of a method with its settings `m` (the config's method section)."""
     if method not in VERL_METHODS:
@@ -182,6 +206,10 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     P, R = lengths(cfg, method, env, psi)
     kl = float(tr["kl_coef"])
     n_prompts = int(tr["prompts_per_step"])
+    problem = mini_batch_problem(cfg, method, task)
+    if problem:
+        raise ValueError(problem)
+    mini_batch = n_prompts // int(tr.get("mini_batches", 1))   # prompts per optimizer step
     tok = int(tr["micro_batch_tokens"])
     keep_ckpt = checkpoint_keep(tr)
     o = [
@@ -197,7 +225,7 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"actor_rollout_ref.actor.entropy_coeff={float(m.get('entropy_coef', tr.get('entropy_coef', 0.0)))}",
         f"actor_rollout_ref.actor.grad_clip={float(tr['max_grad_norm'])}",
         f"actor_rollout_ref.actor.ppo_epochs={int(tr.get('epochs', 1))}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={n_prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini_batch}",
         f"actor_rollout_ref.actor.use_kl_loss={kl > 0}", f"actor_rollout_ref.actor.kl_loss_coef={kl}",
         "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
         f"actor_rollout_ref.actor.data_loader_seed={seed}",

@@ -113,8 +113,8 @@ CPUS="${RTPO_CPUS_PER_NODE:-${SLURM_CPUS_ON_NODE:-${JOB_CPUS%%[!0-9]*}}}"
 [[ "$GPUS" =~ ^[0-9]+$ ]] || die "GPUs per node '$GPUS' is not a number (RTPO_GPUS_PER_NODE / SLURM_GPUS_ON_NODE)"
 if [[ -n "$HERE" && -n "$VISIBLE" ]] && (( VISIBLE < GPUS )); then
   die "this job step sees $VISIBLE GPU(s) (CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES}), but Ray would be told" \
-      "$GPUS per node: run it in a step that holds the node's GPUs (the profile's gpu / nodes / mpi, README" \
-      "of workflow/profiles/slurm), or set RTPO_GPUS_PER_NODE"
+      "$GPUS per node: run it in a step that holds the node's GPUs (the workflow profile's gpu / nodes / mpi, slurm/README.md)," \
+      "or set RTPO_GPUS_PER_NODE"
 fi
 WAIT="${RTPO_RAY_WAIT:-300}"
 POLL="${RTPO_RAY_POLL:-5}"

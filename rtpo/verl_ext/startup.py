@@ -328,9 +328,15 @@ def check_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets:
     """Build the cell's GPU overrides (launch.verl_overrides, cpu=False) and check them (module doc)."""
     from rtpo.config import method_settings
     from rtpo.methods.cards import TURN_ROW_METHODS
-    from rtpo.verl_ext.launch import trainer_mode, verl_overrides
+    from rtpo.verl_ext.launch import mini_batch_problem, trainer_mode, verl_overrides
 
     c = _with_sets(cfg, sets)
+    problem = mini_batch_problem(c, method, task)
+    if problem:   # verl_overrides refuses it too: nothing else of the cell can be built
+        from rtpo.verl_ext.launch import train_key
+
+        return CellReport(label, method, task, {}, None,
+                          [Finding(label, train_key(c, method, task, "mini_batches"), "mini-batches", problem)])
     v = dict(c.get("verl") or {})
     model_dir = (c.get("model") or {}).get("path") or "results/models/base"
     ov = Overrides(parse_overrides(verl_overrides(c, method, task, 0, root / "results" / "check", root / model_dir,
@@ -525,12 +531,17 @@ TRAIN_MIN_RUNTIME = 15 * 60  # minutes: E.3's longest training job (mathematics,
 PROFILE_SETTINGS = "<profile>"  # load_profile's entry of the profile's own settings (not a rule)
 
 
-def load_profile(path: Path) -> dict[str, dict[str, Any]]:
-    """rule -> resources of a Snakemake profile directory's config.yaml (set-resources over
-    default-resources); PROFILE_SETTINGS -> {"retries": the profile's retries}."""
-    p = Path(path)
-    p = p / "config.yaml" if p.is_dir() else p
-    prof = yaml.safe_load(p.read_text()) or {}
+def load_profile(*paths: Path) -> dict[str, dict[str, Any]]:
+    """rule -> resources of Snakemake profiles (directories holding profile.yaml or config.yaml, or the
+    files themselves), merged as Snakemake merges a --profile and the --workflow-profile given after it:
+    per top-level key, the later profile's section replacing the earlier one's; set-resources over
+    default-resources. PROFILE_SETTINGS -> {"retries": the profiles' retries}."""
+    prof: dict[str, Any] = {}
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            p = next((p / n for n in ("profile.yaml", "config.yaml") if (p / n).exists()), p / "profile.yaml")
+        prof.update(yaml.safe_load(p.read_text()) or {})
     defaults = dict(prof.get("default-resources") or {})
     out = {"*": defaults, PROFILE_SETTINGS: {"retries": _int(prof.get("retries"), 0)}}
     for rule, res in (prof.get("set-resources") or {}).items():
@@ -587,7 +598,7 @@ def job_progress(c: CellReport, runtime: int, retries: int | None, caps: bool = 
 
 
 def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]], cells: list[CellReport],
-                  shape: ModelShape, where: str = "workflow/profiles/slurm/config.yaml"
+                  shape: ModelShape, where: str = "workflow/profiles/default/profile.yaml"
                   ) -> tuple[list[dict], list[Finding], list[Finding]]:
     """The Slurm profile's resources of every GPU rule against what its jobs run (module doc):
     (rows, findings, warnings). The warnings compare each training rule's runtime with the longest
@@ -642,7 +653,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
             findings.append(Finding(rule, f"{key}.mpi", "nodes",
                                     f"nodes {nodes} without mpi: the Slurm jobstep plugin then runs the job in `srun -n1 "
                                     f"--nodes={nodes}`, which srun cannot place (keep mpi: 0, "
-                                    "workflow/profiles/slurm/config.yaml)"))
+                                    "workflow/profiles/default/profile.yaml)"))
         if row["mem_mb"] < need_mb:
             findings.append(Finding(rule, f"{key}.mem_mb", "host memory",
                                     f"mem_mb {row['mem_mb']} < the host-RAM estimate {need_mb} MB per node "
@@ -690,7 +701,7 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
 # --------------------------------------------------------------------------------------------------
 def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]] | None = None,
                  root: Path | None = None, spec: EnvSpec | None = None,
-                 profile_name: str = "workflow/profiles/slurm/config.yaml") -> Report:
+                 profile_name: str = "workflow/profiles/default/profile.yaml") -> Report:
     """Every training cell, the evaluation servers and (given `resources`: rule -> resources) the
     Slurm profile of a validated config. `root`: the repository (environment spec, model paths)."""
     from rtpo.config import ROOT

@@ -5,7 +5,8 @@ Snakemake:
 
   1. config validation (rtpo/config.schema.yaml, the package's schema) and the checks a schema cannot
      express (rtpo.dag.cross_reference_errors), then `PIPELINE = rtpo.dag.Dag(config)`;
-  2. the GPU check of Slurm profiles (it reads Snakemake's resource settings) and, for engine verl,
+  2. the checks of a Slurm run: a GPU on every GPU rule, the site variables ($RTPO_SLURM_*) set before
+     a submission (it reads Snakemake's resource settings) and, for engine verl,
      the start-up arithmetic of every training cell (rtpo.verl_ext.startup: `rtpo check-config`);
   3. the effective config file every `rtpo` command reads;
   4. the `rtpo` console script of the Python environment that runs Snakemake, the rules' conda env;
@@ -13,6 +14,7 @@ Snakemake:
 """
 
 import os
+import re
 import shlex
 import sys
 
@@ -98,11 +100,63 @@ def check_slurm_gpu_resources(cfg):
             f"no GPU requested for {', '.join(lacking)} under a Slurm profile with engine: verl. A --set-resources "
             "on the command line replaces the profile's whole set-resources section (Snakemake does not merge "
             "them), which drops the GPU, partition and memory of every other rule. Change resources in the "
-            "profile instead (workflow/profiles/slurm/config.yaml, or a copy of that directory: see its README)."
+            "workflow profile instead (workflow/profiles/default/profile.yaml, or a copy of that directory given "
+            "with --workflow-profile: see slurm/README.md)."
         )
 
 
 check_slurm_gpu_resources(config)
+
+
+_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def unset_profile_variables():
+    """{variable: [where, ...]} for each $VARIABLE in the profiles' resources that the environment
+    leaves unset or empty. Snakemake expands them only when it evaluates a job's resources and keeps
+    an unset one as it is, so sbatch would get `-A $RTPO_SLURM_ACCOUNT` literally."""
+    rs = workflow.resource_settings
+    sections = [("default-resources", rs.default_resources.items() if rs.default_resources is not None else [])]
+    sections += [(f"set-resources.{rule}", res.items()) for rule, res in (rs.overwrite_resources or {}).items()]
+    found = {}
+    for section, items in sections:
+        for name, res in items:
+            raw = getattr(res, "raw", res)
+            for m in _VARIABLE.finditer(raw) if isinstance(raw, str) else ():
+                var = m.group(1) or m.group(2)
+                if not os.environ.get(var):
+                    found.setdefault(var, []).append(f"{section}.{name}")
+    return found
+
+
+def unset_variables_message(found):
+    named = ", ".join(f"{var} ({where[0]}" + (f" and {len(where) - 1} more" if len(where) > 1 else "") + ")"
+                      for var, where in found.items())
+    return (f"{named} not set. Export {'it' if len(found) == 1 else 'them'} before `snakemake --profile slurm` "
+            "(slurm/README.md: the account and the partitions of CPU and GPU jobs), or write the values in place "
+            "of the $VARIABLES: default-resources in the site profile (slurm/profile.yaml), set-resources in the "
+            "workflow profile (workflow/profiles/default/profile.yaml)")
+
+
+def refuse_unset_profile_variables():
+    """Called by `onstart`, which Snakemake runs only when jobs are about to run, after the Slurm
+    executor starts and before its first sbatch: a submission with an unset site variable stops
+    here, having submitted nothing. Local runs are left alone (the workflow profile's resources name
+    $RTPO_SLURM_GPU_PARTITION there too, and mean nothing)."""
+    found = unset_profile_variables()
+    if found and not workflow.local_exec:
+        raise WorkflowError(f"refusing to submit: {unset_variables_message(found)}.")
+
+
+# A dry run never calls onstart: warn while parsing instead, under a Slurm site profile (its
+# default-resources name the account or partition), main process only.
+_defaults = workflow.resource_settings.default_resources
+if (workflow.is_main_process and _defaults is not None
+        and {"slurm_partition", "slurm_account"} & set(_defaults.keys()) and unset_profile_variables()):
+    from snakemake.logging import logger
+
+    logger.warning(f"WARNING: {unset_variables_message(unset_profile_variables())}; a submission "
+                   "(without -n) stops before submitting anything.")
 
 
 def check_verl_startup(cfg):
@@ -159,6 +213,7 @@ def write_effective_config():
 
 
 onstart:
+    refuse_unset_profile_variables()
     write_effective_config()
 
 

@@ -8,7 +8,7 @@ benchmarks at paper scale); the eval JSON reports each and the pooled `overall`
 (docs/ARCHITECTURE.md). The method selects the context map psi used at evaluation. The config's
 `engine` selects the sampler (`--engine`): local (LocalEngine) or verl (verl's rollout servers in
 standalone mode, vLLM on GPUs; rtpo/verl_ext/eval_servers.py), whose jobs need
-verl.tensor_parallel_size x verl.eval_replicas GPUs (workflow/profiles/slurm/config.yaml);
+verl.tensor_parallel_size x verl.eval_replicas GPUs (workflow/profiles/default/profile.yaml);
 `--engine` is common.smk's eval_engine.
 """
 

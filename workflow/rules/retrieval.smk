@@ -9,7 +9,7 @@ CPU default has none: its search env keeps the in-process index over the embedde
     build_index    python -m rtpo.retrieval.index build --corpus corpus.jsonl --out <index dir>
 
 prepare_data of the search task takes the index (or the corpus, for an in-memory index) as input,
-so every search training and evaluation job is downstream of both. Resources: the Slurm profile
+so every search training and evaluation job is downstream of both. Resources: the workflow profile
 (sized from scripts/bench_retrieval.py; README "Retrieval at paper scale").
 """
 

@@ -1,15 +1,19 @@
 """The mechanism sweep (config `sweep`; target `sweep`, outside `all`; rtpo.experiment.sweep_cells).
 
 The paper's central mechanism: flat training under a rollout context psi != full degrades with the
-number of turns and the size of the mismatch; RTPO's turn rows do not. The sweep varies both: search
-questions of exactly K hops (K in sweep.hops: K searches then the answer) x psi in sweep.psi x
-sweep.methods (RTPO, GRPO and GRPO-TIS, verl's token-level truncated importance sampling), sweep.seeds
-each. A flat method's chains follow RTPO's E.3 budget at that K (rtpo.experiment.sweep_budget).
+number of turns and the size of the mismatch; RTPO's turn rows do not. The sweep crosses search questions
+of exactly K hops (K in sweep.hops: K searches, then the answer) with the contrast psi in sweep.psi (a lossy
+map and full) x sweep.methods (RTPO and GRPO), sweep.seeds each, so that (RTPO - GRPO)[lossy] - (RTPO -
+GRPO)[full] can be read per K. Under every (K, psi) the sweep base model is also evaluated untrained (the
+no-RL arm: vanilla, steps 0, as in the main grid), so each cell's learning is shown before any gap is read;
+sweep.optional's arms (e.g. truncate:1, GRPO-TIS) run beside the contrast. A flat method's chains at K are
+round(RTPO's expected trajectories per prompt there), sweep.rtpo_trajectories (rtpo.experiment.sweep_budget).
 
   sweep_data         results/sweep/data/h<K>/{train,eval,experts}.jsonl  (rtpo data, K-hop questions)
   sweep_base_model   results/sweep/models/base  (rtpo sweep-base: the base model's warm start continued
                      on the experts of every K, positions raised to sweep.max_position)
-  sweep_train        results/sweep/h<K>/psi-<psi>/<method>/seed<S>/  (as a main run; {scell} wildcard)
+  sweep_train        results/sweep/h<K>/psi-<psi>/<method>/seed<S>/  (as a main run; {scell} wildcard; the
+                     no-RL arm's, method vanilla, trains 0 steps: final/ is the sweep base model)
   sweep_evaluate     results/sweep/h<K>/psi-<psi>/<method>/eval_seed<S>.json
   sweep_report       results/tables/sweep_horizon.{csv,md}, results/tables/sweep_claims.{csv,md},
                      figures/sweep_horizon.png  (rtpo report sweep)

@@ -1,0 +1,180 @@
+"""The two controls of the CPU default (docs/design-controls.md 1-2): GRPO with RTPO's optimizer steps
+(study matched_updates) and RTPO / GRPO under psi = full on search (study mismatch): their runs, and every
+other run unchanged by them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from rtpo.config import ConfigError, load_config, validate_config
+from rtpo.experiment import MAIN, Experiment, RunKey
+
+
+def runs_view(exp: Experiment) -> dict:
+    return {r.key: (r.sets, r.seed_group, r.copy_of, r.stamp, r.run_dir(), r.eval_file()) for r in exp.runs}
+
+
+@pytest.mark.parametrize("name", ["config", "smoke"])
+def test_controls_leave_every_other_run_as_it_was(name):
+    cfg = load_config(f"config/{name}.yaml")
+    without = copy.deepcopy(cfg)
+    for study in ("matched_updates", "mismatch"):
+        del without["ablations"][study]
+    new, old = runs_view(Experiment(cfg)), runs_view(Experiment(without))
+    assert {k: new[k] for k in old} == old
+    assert {k.scope for k in set(new) - set(old)} == {"matched_updates", "mismatch"}
+
+
+def test_the_controls_runs_in_the_cpu_default():
+    cfg = load_config("config/config.yaml")
+    exp = Experiment(cfg)
+    seeds = cfg["ablations"]["seeds"]
+    mu = {r.key: r for r in exp.select("matched_updates")}
+    assert set(mu) == {RunKey("matched_updates", f"mb-{k}", t, "grpo", s)
+                       for t, k in (("math", 3), ("airline", 4)) for s in seeds}
+    for r in mu.values():
+        k = int(r.variant[3:])
+        assert r.sets == (f"method.grpo.mini_batches={k}",) and r.copy_of is None and r.trains
+        st = r.settings
+        assert st["train"]["mini_batches"] == k
+        main = exp.run(RunKey(MAIN, "", r.task, "grpo", r.seed)).settings   # otherwise GRPO's main run
+        assert "mini_batches" not in main["train"]
+        st["train"].pop("mini_batches")
+        assert st == main and r.run_dir() == f"results/ablations/matched_updates/mb-{k}/{r.task}/grpo/seed{r.seed}"
+    mm = {r.key: r for r in exp.select("mismatch")}
+    assert set(mm) == {RunKey("mismatch", "psi-full", "search", m, s) for m in ("rtpo", "grpo") for s in seeds}
+    for r in mm.values():
+        assert r.sets == (f"method.{r.method}.psi=full",) and r.copy_of is None and r.settings["psi"] == "full"
+        assert exp.run(RunKey(MAIN, "", "search", r.method, r.seed)).settings["psi"] == "qwen3"
+    st = exp.studies
+    assert st["matched_updates"].tasks == ("math", "airline") and st["matched_updates"].methods == ("grpo",)
+    assert st["matched_updates"].cells == (("mb-3", "math", "grpo"), ("mb-4", "airline", "grpo"))
+    assert st["mismatch"].task == "search" and st["mismatch"].methods == ("rtpo", "grpo")
+    assert st["credit_assignment"].tasks == ("math",)
+
+
+def test_control_config_errors_name_the_key():
+    cfg = load_config("config/config.yaml")
+    bad = copy.deepcopy(cfg)
+    bad["ablations"]["matched_updates"]["mini_batches"]["chess"] = 2
+    with pytest.raises(ConfigError, match="ablations.*matched_updates.*mini_batches"):
+        validate_config(bad)
+    bad = copy.deepcopy(cfg)
+    bad["ablations"]["matched_updates"]["mini_batches"]["math"] = 0
+    with pytest.raises(ConfigError, match="matched_updates"):
+        validate_config(bad)
+
+
+# ------------------------------------------------------------------------------------------------
+# the controls' ledger rows and table on a constructed results tree (tests/report_fixture.py)
+# ------------------------------------------------------------------------------------------------
+MAIN_SEEDS, ARM_SEEDS = [0, 1, 2, 3], [0, 1, 2]
+JITTER = [0.001, -0.001, 0.0005, 0.0]   # per seed (fractions): a spread, so an interval has a width
+
+
+def plant_pass1(path, value: float) -> None:
+    """Set every benchmark's and the pooled pass@1 of one eval JSON to `value`."""
+    import json
+
+    doc = json.loads(path.read_text())
+    for b in [*doc["benchmarks"].values(), doc["overall"]]:
+        b["pass@1"] = value
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True))
+
+
+def plant_kl(run, value: float) -> None:
+    import json
+
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({**r, "kl_rollout_train": value}) + "\n" for r in recs))
+
+
+@pytest.fixture(scope="module")
+def control_results(tmp_path_factory):
+    """The fixture tree with planted pass@1 (fractions) per arm, each + JITTER[seed] x a per-arm factor:
+    airline: RTPO 0.50, GRPO 0.30, GRPO-K 0.30 (RTPO leads GRPO-K by 20 pp; GRPO-K = GRPO within 0.05 pp);
+    math: RTPO 0.20, GRPO 0.20, GRPO-K 0.25 (RTPO trails GRPO-K by 5 pp; GRPO-K gains 5 pp);
+    search: RTPO 0.30, GRPO 0.26 under qwen3 (main), both 0.28 under full (interaction +4 pp; GRPO[full] −
+    GRPO[qwen3] = +2 pp); GRPO[full]'s KL 1e-9 (main's 0.001-0.05)."""
+    from tests.report_fixture import fixture_config, make_results_tree
+
+    root = tmp_path_factory.mktemp("controls")
+    cfg = fixture_config(seeds=MAIN_SEEDS, **{"ablations.seeds": ARM_SEEDS, "train.steps": 5})
+    res = make_results_tree(root, cfg, theory=False)
+    plan = {("main", "airline", "rtpo"): (0.50, 1), ("main", "airline", "grpo"): (0.30, -1),
+            ("mb-4", "airline", "grpo"): (0.30, -0.5),
+            ("main", "math", "rtpo"): (0.20, 1), ("main", "math", "grpo"): (0.20, -2),
+            ("mb-3", "math", "grpo"): (0.25, 3),
+            ("main", "search", "rtpo"): (0.30, 1), ("main", "search", "grpo"): (0.26, -1),
+            ("psi-full", "search", "rtpo"): (0.28, 2), ("psi-full", "search", "grpo"): (0.28, -2)}
+    for (where, task, m), (level, f) in plan.items():
+        for s in (MAIN_SEEDS if where == "main" else ARM_SEEDS):
+            if where == "main":
+                path = res / "eval" / task / m / f"seed{s}.json"
+            else:
+                study = "mismatch" if where.startswith("psi") else "matched_updates"
+                path = res / "ablations" / study / where / task / m / f"eval_seed{s}.json"
+            plant_pass1(path, level + f * JITTER[s])
+    for s in ARM_SEEDS:
+        plant_kl(res / "ablations" / "mismatch" / "psi-full" / "search" / "grpo" / f"seed{s}", 1e-9)
+    from rtpo.report.load import load_results
+
+    return load_results(res, cfg)
+
+
+def test_control_rows_give_the_verdicts_their_numbers_imply(control_results):
+    from rtpo.report.ledger import evaluate_claims
+    from rtpo.report.stats import BY_CONSTRUCTION, NO_EFFECT, NOT_REPRODUCED, REPRODUCED
+
+    df = evaluate_claims(control_results).set_index("claim_id")
+    rows = df[df.index.str.startswith("C.")]
+    want = {"C.A-rtpo-grpo_k-math": NOT_REPRODUCED,     # RTPO 5 pp behind GRPO-K
+            "C.A-grpo_k-grpo-math": REPRODUCED,         # GRPO-K 5 pp ahead of GRPO (d = 1 pp)
+            "C.A-rtpo-grpo_k-airline": REPRODUCED,      # 20 pp ahead
+            "C.A-grpo_k-grpo-airline": NO_EFFECT,       # within 0.05 pp of 0, below d = 1 pp
+            "C.B-interaction": REPRODUCED,              # (+4) − (0) pp
+            "C.B-grpo-full": REPRODUCED,                # +2 pp
+            "C.B-grpo-kl": BY_CONSTRUCTION}
+    assert dict(rows.verdict) == want, rows[["ours_mean", "ci95_lo", "ci95_hi", "n", "verdict"]]
+    assert set(rows.kind) == {"control", "structural"} and rows.loc["C.B-grpo-kl", "kind"] == "structural"
+    assert (rows.source == "control (this artifact)").all()
+    assert rows.loc["C.A-rtpo-grpo_k-airline", "ours_mean"] == pytest.approx(20.0, abs=0.5)
+    assert rows.loc["C.A-rtpo-grpo_k-math", "ours_mean"] == pytest.approx(-5.0, abs=0.5)
+    assert rows.loc["C.B-interaction", "ours_mean"] == pytest.approx(4.0, abs=0.5)
+    assert (rows.loc[[i for i in rows.index if i != "C.B-grpo-kl"], "n"] == len(ARM_SEEDS)).all()
+    # the survive rows test the effect their paper rows do: 4.1's mapping on math, G.1-pass1's 1 pp on airline
+    assert "21.5 % relative" in rows.loc["C.A-rtpo-grpo_k-math", "expected"]
+    assert "minimal effect 1 pp" in rows.loc["C.A-rtpo-grpo_k-airline", "expected"]
+
+
+def test_controls_are_a_family_of_their_own(control_results):
+    """Adding the control rows moves no paper row's adjusted p-value (their own Benjamini-Hochberg family)."""
+    import pandas as pd
+
+    from rtpo.report import ledger
+
+    with_controls = ledger.evaluate_claims(control_results).set_index("claim_id")
+    sections = ledger.SECTIONS
+    try:
+        ledger.SECTIONS = tuple(s for s in sections if s not in (ledger.matched_updates, ledger.mismatch_control))
+        without = ledger.evaluate_claims(control_results).set_index("claim_id")
+    finally:
+        ledger.SECTIONS = sections
+    cols = ["p_zero_bh", "p_effect_bh", "verdict"]
+    pd.testing.assert_frame_equal(with_controls.loc[without.index, cols], without[cols])
+
+
+def test_controls_table_shows_pass1_and_optimizer_steps(control_results):
+    from rtpo.report.tables_studies import table_controls
+
+    (t,) = table_controls(control_results)
+    d = t.data.set_index(["task", "arm", "metric"])
+    assert d.loc[("airline", "GRPO-K (mb-4)", "optimizer_steps_per_step"), "mean"] == 4.0   # train_version +4 a step
+    assert d.loc[("math", "GRPO-K (mb-3)", "optimizer_steps_per_step"), "mean"] == 3.0
+    assert d.loc[("airline", "GRPO", "optimizer_steps_per_step"), "mean"] == 1.0
+    assert d.loc[("airline", "RTPO", "pass@1"), "mean"] == pytest.approx(0.50 + sum(JITTER) / 4)
+    assert d.loc[("search", "GRPO [full]", "pass@1"), "n"] == len(ARM_SEEDS)
+    assert d.loc[("search", "GRPO", "pass@1"), "n"] == len(MAIN_SEEDS)
+    assert set(t.display["psi"]) == {"qwen3", "full"}
