@@ -63,7 +63,8 @@ def ablation_arm_count(cfg: dict) -> int:
     """Ablation (variant, method) arms, counted from the config independently of the workflow."""
     a = cfg["ablations"]
     n = sum(len(a[s]["values"]) for s in ("group_size", "sync", "continuation") if s in a)
-    return n + (len(a["credit_assignment"]["methods"]) if "credit_assignment" in a else 0)
+    n += sum(len(a[s]["methods"]) for s in ("credit_assignment", "mismatch") if s in a)
+    return n + (len(a["matched_updates"]["mini_batches"]) if "matched_updates" in a else 0)  # one arm per task
 
 
 def seed_jobs(cfg: dict, seeds: list) -> int:
