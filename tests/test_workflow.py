@@ -66,17 +66,22 @@ def ablation_arm_count(cfg: dict) -> int:
 
 
 def ablation_arms(cfg: dict) -> list[tuple[str, str, list[int]]]:
-    """(study, "<variant dir>/<task>/<method>" prefix, seeds) of every arm, from the config alone."""
+    """(study, "<variant dir>/<task>/<method>" prefix, seeds) of every arm, from the config alone: the RTPO
+    studies one arm per value, the psi studies (credit_assignment, mismatch) one per method, matched_updates
+    one per task."""
     a, out = cfg["ablations"], []
-    names = {"group_size": lambda v: f"G{v}", "sync": lambda v: str(v).replace(":", "-"),
-             "continuation": str, "credit_assignment": lambda v: f"psi-{v}".replace(":", "-")}
+    names = {"group_size": lambda v: f"G{v}", "sync": lambda v: str(v).replace(":", "-"), "continuation": str}
     for s in ("group_size", "sync", "continuation"):
         if s in a:
             out += [(s, f"{names[s](v)}/{a[s]['task']}/rtpo", study_seeds(cfg, s)) for v in a[s]["values"]]
-    if "credit_assignment" in a:
-        ca = a["credit_assignment"]
-        out += [("credit_assignment", f"{names['credit_assignment'](ca['psi'])}/{ca['task']}/{m}",
-                 study_seeds(cfg, "credit_assignment")) for m in ca["methods"]]
+    for s in ("credit_assignment", "mismatch"):
+        if s in a:
+            psi = str(a[s]["psi"]).replace(":", "-")
+            out += [(s, f"psi-{psi}/{a[s]['task']}/{m}", study_seeds(cfg, s)) for m in a[s]["methods"]]
+    if "matched_updates" in a:
+        mu = a["matched_updates"]
+        out += [("matched_updates", f"mb-{k}/{t}/{mu['method']}", study_seeds(cfg, "matched_updates"))
+                for t, k in mu["mini_batches"].items()]
     return out
 
 

@@ -15,7 +15,6 @@ wildcard is a trained arm's key below results/ablations/; {run} / {evalrun} are 
 plus /seed<S> or /eval_seed<S>; each is constrained to the exact lists computed by rtpo.experiment (common.smk).
 """
 
-
 for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
     _run = "results/ablations/{cell}/seed{seed}"
 
@@ -28,27 +27,34 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         output:
             summary=_job.paths(f"{_run}/summary.json"),
             final=[directory(p) for p in _job.paths(f"{_run}/final")],
+        log:
+            **seed_logs(
+                _job,
+                "results/logs/ablations/{cell}/seed{seed}/train.log",
+                "results/logs/ablations/{cell}/{label}.train.job.log",
+            ),
+        benchmark:
+            f"results/benchmarks/ablations/{{cell}}/{_job.label}.train.tsv"
         wildcard_constraints:
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
+        conda:
+            CONDA_ENV
+        threads: THREADS
         params:
+            **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
             sets=lambda wildcards: set_args(cell_of(wildcards).sets),
             key=lambda wildcards: dag.key_args(cell_of(wildcards).study, cell_of(wildcards).variant),
-            settings=lambda wildcards: fingerprint(run_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                                cell_of(wildcards).sets)),
-            stamp=lambda wildcards: stamp(fingerprint(train_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                                     cell_of(wildcards).sets))),
+            settings=lambda wildcards: fingerprint(
+                run_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
+            ),
+            stamp=lambda wildcards: stamp(
+                fingerprint(
+                    train_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
+                )
+            ),
             config=config_path,
-            **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
-        log:
-            **seed_logs(_job, "results/logs/ablations/{cell}/seed{seed}/train.log",
-                        "results/logs/ablations/{cell}/{label}.train.job.log"),
-        benchmark:
-            f"results/benchmarks/ablations/{{cell}}/{_job.label}.train.tsv"
-        threads: THREADS
-        conda:
-            CONDA_ENV
         shell:
             TRAIN_SHELL
 
@@ -63,27 +69,34 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             eval=lambda wildcards: data_file(cell_of(wildcards).task, "eval"),
         output:
             result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
+        log:
+            **seed_logs(
+                _job,
+                "results/logs/ablations/{cell}/eval_seed{seed}.log",
+                "results/logs/ablations/{cell}/{label}.eval.job.log",
+            ),
+        benchmark:
+            f"results/benchmarks/ablations/{{cell}}/{_job.label}.eval.tsv"
         wildcard_constraints:
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
+        conda:
+            CONDA_ENV
+        threads: THREADS
         params:
+            **seed_params(
+                _job,
+                "results/ablations/{cell}/eval_seed{seed}.json",
+                "results/logs/ablations/{cell}/eval_seed{seed}.log",
+            ),
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
             sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-            settings=lambda wildcards: fingerprint(eval_settings(cell_of(wildcards).method, cell_of(wildcards).task,
-                                                                 cell_of(wildcards).sets)),
+            settings=lambda wildcards: fingerprint(
+                eval_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
+            ),
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/ablations/{cell}/seed{seed}/final")["out"],
-            **seed_params(_job, "results/ablations/{cell}/eval_seed{seed}.json",
-                          "results/logs/ablations/{cell}/eval_seed{seed}.log"),
-        log:
-            **seed_logs(_job, "results/logs/ablations/{cell}/eval_seed{seed}.log",
-                        "results/logs/ablations/{cell}/{label}.eval.job.log"),
-        benchmark:
-            f"results/benchmarks/ablations/{{cell}}/{_job.label}.eval.tsv"
-        threads: THREADS
-        conda:
-            CONDA_ENV
         shell:
             "exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
             "--task {params.task} --seed {params.seeds} --eval-file {input.eval} {params.sets} "
@@ -97,10 +110,10 @@ rule ablation_reuse_run:
         summary=lambda wildcards: f"{run_dir(*REUSED[wildcards.run])}/summary.json",
     output:
         summary="results/ablations/{run}/summary.json",
-    wildcard_constraints:
-        run=REUSED_RUNS,
     log:
         "results/logs/ablations/{run}/reuse.log",
+    wildcard_constraints:
+        run=REUSED_RUNS,
     run:
         copy_reused_run(wildcards.run, input.summary, output.summary, log[0])
 
@@ -110,10 +123,10 @@ rule ablation_reuse_eval:
         result=lambda wildcards: eval_file(*REUSED_EVAL[wildcards.evalrun]),
     output:
         result="results/ablations/{evalrun}.json",
-    wildcard_constraints:
-        evalrun=REUSED_EVALS,
     log:
         "results/logs/ablations/{evalrun}.log",
+    wildcard_constraints:
+        evalrun=REUSED_EVALS,
     conda:
         CONDA_ENV
     shell:
@@ -123,12 +136,12 @@ rule ablation_reuse_eval:
 rule theory:
     output:
         directory("results/theory"),
-    params:
-        quick="--quick" if ABLATIONS.get("theory", {}).get("quick", False) else "",
     log:
         "results/logs/theory.log",
-    threads: 1
     conda:
         CONDA_ENV
+    threads: 1
+    params:
+        quick="--quick" if ABLATIONS.get("theory", {}).get("quick", False) else "",
     shell:
         "rtpo theory --out {output} {params.quick} > {log} 2>&1"

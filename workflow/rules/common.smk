@@ -44,8 +44,10 @@ def check_config(cfg):
 
     loop = recursive_key(cfg)  # before the schema: a value containing itself would be walked for ever
     if loop is not None:
-        raise WorkflowError(f"invalid config at '{'.'.join(loop)}': the value contains itself (a YAML alias to its "
-                            f"own anchor) (config files: {_config_sources()})")
+        raise WorkflowError(
+            f"invalid config at '{'.'.join(loop)}': the value contains itself (a YAML alias to its "
+            f"own anchor) (config files: {_config_sources()})"
+        )
     try:
         validate(cfg, schema=str(SCHEMA))
     except WorkflowError as e:
@@ -58,7 +60,9 @@ def check_config(cfg):
         raise WorkflowError(f"invalid config at '{where}': {ve.message} (config files: {_config_sources()})") from None
     bad = nonfinite_keys(cfg)  # NaN / inf pass every schema bound
     if bad:
-        raise WorkflowError(f"invalid config at '{'.'.join(bad[0])}': not a finite number (config files: {_config_sources()})")
+        raise WorkflowError(
+            f"invalid config at '{'.'.join(bad[0])}': not a finite number (config files: {_config_sources()})"
+        )
     errors = dag.cross_reference_errors(cfg)
     if errors:
         raise WorkflowError(f"invalid config: {errors[0]} (config files: {_config_sources()})")
@@ -130,12 +134,16 @@ def unset_profile_variables():
 
 
 def unset_variables_message(found):
-    named = ", ".join(f"{var} ({where[0]}" + (f" and {len(where) - 1} more" if len(where) > 1 else "") + ")"
-                      for var, where in found.items())
-    return (f"{named} not set. Export {'it' if len(found) == 1 else 'them'} before `snakemake --profile slurm` "
-            "(slurm/README.md: the account and the partitions of CPU and GPU jobs), or write the values in place "
-            "of the $VARIABLES: default-resources in the site profile (slurm/profile.yaml), set-resources in the "
-            "workflow profile (workflow/profiles/default/profile.yaml)")
+    named = ", ".join(
+        f"{var} ({where[0]}" + (f" and {len(where) - 1} more" if len(where) > 1 else "") + ")"
+        for var, where in found.items()
+    )
+    return (
+        f"{named} not set. Export {'it' if len(found) == 1 else 'them'} before `snakemake --profile slurm` "
+        "(slurm/README.md: the account and the partitions of CPU and GPU jobs), or write the values in place "
+        "of the $VARIABLES: default-resources in the site profile (slurm/profile.yaml), set-resources in the "
+        "workflow profile (workflow/profiles/default/profile.yaml)"
+    )
 
 
 def refuse_unset_profile_variables():
@@ -151,12 +159,18 @@ def refuse_unset_profile_variables():
 # A dry run never calls onstart: warn while parsing instead, under a Slurm site profile (its
 # default-resources name the account or partition), main process only.
 _defaults = workflow.resource_settings.default_resources
-if (workflow.is_main_process and _defaults is not None
-        and {"slurm_partition", "slurm_account"} & set(_defaults.keys()) and unset_profile_variables()):
+if (
+    workflow.is_main_process
+    and _defaults is not None
+    and {"slurm_partition", "slurm_account"} & set(_defaults.keys())
+    and unset_profile_variables()
+):
     from snakemake.logging import logger
 
-    logger.warning(f"WARNING: {unset_variables_message(unset_profile_variables())}; a submission "
-                   "(without -n) stops before submitting anything.")
+    logger.warning(
+        f"WARNING: {unset_variables_message(unset_profile_variables())}; a submission "
+        "(without -n) stops before submitting anything."
+    )
 
 
 def check_verl_startup(cfg):
@@ -242,7 +256,7 @@ def config_path(wildcards, input):
 # except under `--software-deployment-method conda`, where the rule's conda env provides it.
 RTPO_BIN = os.path.dirname(sys.executable)
 if DeploymentMethod.CONDA not in workflow.deployment_settings.deployment_method:
-    shell.prefix(f"set -euo pipefail; export PATH={shlex.quote(RTPO_BIN)}:\"$PATH\"; ")
+    shell.prefix(f'set -euo pipefail; export PATH={shlex.quote(RTPO_BIN)}:"$PATH"; ')
 
 # The `conda:` of every rule: environment.yml, the pinned GPU cluster stack (verl + vLLM + this
 # package). Snakemake uses it only with `--software-deployment-method conda`; normally the jobs run
@@ -255,22 +269,39 @@ CONDA_ENV = "../../environment.yml"
 # ---------------------------------------------------------------------------------------------
 # 5. The names the rules use (rtpo.experiment and rtpo.dag document each)
 # ---------------------------------------------------------------------------------------------
-TASKS, THREADS, BASE_THREADS, ABLATIONS, TRAINABLE = PIPELINE.tasks, PIPELINE.threads, PIPELINE.base_threads, PIPELINE.ablations, PIPELINE.trainable
+TASKS, THREADS, BASE_THREADS, ABLATIONS, TRAINABLE = (
+    PIPELINE.tasks,
+    PIPELINE.threads,
+    PIPELINE.base_threads,
+    PIPELINE.ablations,
+    PIPELINE.trainable,
+)
 fingerprint, stamp, set_args = experiment.fingerprint, experiment.stamp, dag.set_args
 run_dir, eval_file, data_file = experiment.run_dir, experiment.eval_file, experiment.data_file
 TRAIN_SHELL = dag.TRAIN_SHELL
-TABLE_NAMES = experiment.TABLE_NAMES   # the paper's tables, each a target of its own (rules/report.smk)
-table_targets = PIPELINE.table_targets   # what each reads: its runs (rtpo.experiment.TABLE_RUNS)
+TABLE_NAMES = experiment.TABLE_NAMES  # the paper's tables, each a target of its own (rules/report.smk)
+table_targets = PIPELINE.table_targets  # what each reads: its runs (rtpo.experiment.TABLE_RUNS)
 run_settings, train_settings, eval_settings = PIPELINE.run_settings, PIPELINE.train_settings, PIPELINE.eval_settings
-tokenizer_settings, base_model_settings, prepare_settings = (PIPELINE.tokenizer_settings, PIPELINE.base_model_settings,
-                                                             PIPELINE.prepare_settings)
+tokenizer_settings, base_model_settings, prepare_settings = (
+    PIPELINE.tokenizer_settings,
+    PIPELINE.base_model_settings,
+    PIPELINE.prepare_settings,
+)
 needs_tokenizer, needs_sft = PIPELINE.needs_tokenizer, PIPELINE.needs_sft
-data_targets, train_targets, eval_targets, ablation_targets = (PIPELINE.data_targets, PIPELINE.train_targets, PIPELINE.eval_targets,
-                                                               PIPELINE.ablation_targets)
+data_targets, train_targets, eval_targets, ablation_targets = (
+    PIPELINE.data_targets,
+    PIPELINE.train_targets,
+    PIPELINE.eval_targets,
+    PIPELINE.ablation_targets,
+)
 all_results, every_run_output = PIPELINE.all_results, PIPELINE.every_run_output
 
 # paper-scale search data (rules/data.smk, rules/retrieval.smk)
-SEARCH_CORPUS, SEARCH_INDEX, BUILD_INDEX_CMD = PIPELINE.search.corpus, PIPELINE.search.index, PIPELINE.search.build_index_command
+SEARCH_CORPUS, SEARCH_INDEX, BUILD_INDEX_CMD = (
+    PIPELINE.search.corpus,
+    PIPELINE.search.index,
+    PIPELINE.search.build_index_command,
+)
 retrieval_inputs = PIPELINE.search.inputs
 
 # ablation arms: the {cell} wildcard is an arm's key below results/ablations/ (trained arms); the

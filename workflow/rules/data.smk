@@ -19,13 +19,13 @@ rule prepare_data:
         train="results/data/{task}/train.jsonl",
         eval="results/data/{task}/eval.jsonl",
         experts="results/data/{task}/experts.jsonl",
+    log:
+        "results/logs/data/{task}.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         settings=lambda wildcards: fingerprint(prepare_settings(wildcards.task)),
         config=config_path,
-    log:
-        "results/logs/data/{task}.log",
-    threads: 1
-    conda:
-        CONDA_ENV
     shell:
         "rtpo data --config {params.config} --task {wildcards.task} --out $(dirname {output.train}) > {log} 2>&1"

@@ -22,22 +22,29 @@ for _job in PIPELINE.main_seed_jobs("evaluate_run"):
             eval="results/data/{task}/eval.jsonl",
         output:
             result=_job.paths("results/eval/{task}/{method}/seed{seed}.json"),
+        log:
+            **seed_logs(
+                _job,
+                "results/logs/eval/{task}/{method}/seed{seed}.log",
+                "results/logs/eval/{task}/{method}/{label}.job.log",
+            ),
+        benchmark:
+            f"results/benchmarks/eval/{{task}}/{{method}}/{_job.label}.tsv"
         wildcard_constraints:
             **_job.wildcard_constraints,  # task, method: the cells of this seed group (seed_counts)
+        conda:
+            CONDA_ENV
+        threads: THREADS
         params:
+            **seed_params(
+                _job,
+                "results/eval/{task}/{method}/seed{seed}.json",
+                "results/logs/eval/{task}/{method}/seed{seed}.log",
+            ),
             settings=lambda wildcards: fingerprint(eval_settings(wildcards.method, wildcards.task)),
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/runs/{task}/{method}/seed{seed}/final")["out"],
-            **seed_params(_job, "results/eval/{task}/{method}/seed{seed}.json", "results/logs/eval/{task}/{method}/seed{seed}.log"),
-        log:
-            **seed_logs(_job, "results/logs/eval/{task}/{method}/seed{seed}.log",
-                        "results/logs/eval/{task}/{method}/{label}.job.log"),
-        benchmark:
-            f"results/benchmarks/eval/{{task}}/{{method}}/{_job.label}.tsv"
-        threads: THREADS
-        conda:
-            CONDA_ENV
         shell:
             "exec rtpo evaluate --config {params.config} --model {params.model} --method {wildcards.method} "
             "--task {wildcards.task} --seed {params.seeds} --eval-file {input.eval} --engine {params.engine} "

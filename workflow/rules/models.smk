@@ -12,14 +12,14 @@ rule tokenizer:
         experts=expand("results/data/{task}/experts.jsonl", task=TASKS),
     output:
         directory("results/models/tokenizer"),
+    log:
+        "results/logs/models/tokenizer.log",
+    conda:
+        CONDA_ENV
+    threads: 1
     params:
         settings=fingerprint(tokenizer_settings()),
         config=config_path,
-    log:
-        "results/logs/models/tokenizer.log",
-    threads: 1
-    conda:
-        CONDA_ENV
     shell:
         "rtpo tokenizer --config {params.config} --data results/data --out {output} > {log} 2>&1"
 
@@ -27,22 +27,25 @@ rule tokenizer:
 # model.source hf with a hub_id: the download alone, a local rule (Snakefile: it runs where snakemake runs,
 # the login node, which has the internet that compute nodes often lack), at the pinned model.revision.
 # A model.path already in place (copied by hand) is used as it is.
-HUB_MODEL = (config["model"]["path"] if config["model"]["source"] == "hf" and config["model"].get("hub_id")
-             and config["model"].get("path") else None)
+HUB_MODEL = (
+    config["model"]["path"]
+    if config["model"]["source"] == "hf" and config["model"].get("hub_id") and config["model"].get("path")
+    else None
+)
 
 if HUB_MODEL:
 
     rule fetch_model:
         output:
             directory(HUB_MODEL),
+        log:
+            "results/logs/models/fetch_model.log",
+        conda:
+            CONDA_ENV
+        threads: 1
         params:
             hub_id=config["model"]["hub_id"],
             revision=f"--revision {config['model']['revision']}" if config["model"].get("revision") else "",
-        log:
-            "results/logs/models/fetch_model.log",
-        threads: 1
-        conda:
-            CONDA_ENV
         shell:
             "python -m rtpo.sft fetch-model {params.hub_id} {output} {params.revision} > {log} 2>&1"
 
@@ -54,14 +57,14 @@ rule base_model:
         experts=expand("results/data/{task}/experts.jsonl", task=TASKS) if needs_sft() else [],
     output:
         directory("results/models/base"),
+    log:
+        "results/logs/models/base_model.log",
+    conda:
+        CONDA_ENV
+    threads: BASE_THREADS
     params:
         settings=fingerprint(base_model_settings()),
         config=config_path,
-    log:
-        "results/logs/models/base_model.log",
-    threads: BASE_THREADS
-    conda:
-        CONDA_ENV
     shell:
         "rtpo base-model --config {params.config} --data results/data --tokenizer results/models/tokenizer "
         "--out {output} > {log} 2>&1"

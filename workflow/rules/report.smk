@@ -16,13 +16,13 @@ rule tables:
         all_results(),
     output:
         touch("results/tables/.tables.done"),
-    params:
-        settings=fingerprint(config),
-        config=config_path,
     log:
         "results/logs/report/tables.log",
     conda:
         CONDA_ENV
+    params:
+        settings=fingerprint(config),
+        config=config_path,
     shell:
         "rtpo report tables --config {params.config} --results results --tables $(dirname {output}) > {log} 2>&1"
 
@@ -36,19 +36,19 @@ for _name in TABLE_NAMES:
     rule:
         name:
             _name
-        localrule: True
         input:
             table_targets(_name),
         output:
             multiext(f"results/tables/{_name}", ".csv", ".md", ".tex"),
+        log:
+            f"results/logs/report/{_name}.log",
+        localrule: True
+        conda:
+            CONDA_ENV
         params:
             settings=fingerprint(config),
             config=config_path,
             name=_name,
-        log:
-            f"results/logs/report/{_name}.log",
-        conda:
-            CONDA_ENV
         shell:
             "rtpo report tables --only {params.name} --config {params.config} --results results "
             "--tables results/tables > {log} 2>&1"
@@ -59,13 +59,13 @@ rule figures:
         all_results(),
     output:
         touch("figures/.figures.done"),
-    params:
-        settings=fingerprint(config),
-        config=config_path,
     log:
         "results/logs/report/figures.log",
     conda:
         CONDA_ENV
+    params:
+        settings=fingerprint(config),
+        config=config_path,
     shell:
         "rtpo report figures --config {params.config} --results results --figures $(dirname {output}) > {log} 2>&1"
 
@@ -78,16 +78,15 @@ rule ledger:
     output:
         csv="results/tables/claims.csv",
         md="results/tables/claims.md",
-    params:
-        settings=fingerprint(config),
-        config=config_path,
     log:
         "results/logs/report/ledger.log",
     conda:
         CONDA_ENV
+    params:
+        settings=fingerprint(config),
+        config=config_path,
     shell:
-        "rtpo report ledger --config {params.config} --results results --tables $(dirname {output.csv}) "
-        "> {log} 2>&1"
+        "rtpo report ledger --config {params.config} --results results --tables $(dirname {output.csv}) " "> {log} 2>&1"
 
 
 rule status:
@@ -99,13 +98,13 @@ rule status:
     output:
         status="results/tables/status.md",
         timing="results/tables/timing_status.md",
-    params:
-        settings=fingerprint(config),
-        config=config_path,
     log:
         "results/logs/report/status.log",
     conda:
         CONDA_ENV
+    params:
+        settings=fingerprint(config),
+        config=config_path,
     shell:
         "rtpo report status --config {params.config} --results results --tables $(dirname {output.status}) "
         "> {log} 2>&1"
@@ -117,10 +116,18 @@ rule report_assets:
         figures="figures/.figures.done",
         ledger="results/tables/claims.csv",
     output:
-        figures=report(directory("results/report/figures"), patterns=["{name}.png"],
-                       caption="../report/figures.rst", category="Figures"),
-        tables=report(directory("results/report/tables"), patterns=["{name}.csv"],
-                      caption="../report/tables.rst", category="Tables"),
+        figures=report(
+            directory("results/report/figures"),
+            patterns=["{name}.png"],
+            caption="../report/figures.rst",
+            category="Figures",
+        ),
+        tables=report(
+            directory("results/report/tables"),
+            patterns=["{name}.csv"],
+            caption="../report/tables.rst",
+            category="Tables",
+        ),
     log:
         "results/logs/report/report_assets.log",
     conda:

@@ -18,17 +18,17 @@ if SEARCH_CORPUS and SEARCH_CORPUS.get("url"):
     rule fetch_corpus:
         output:
             corpus=SEARCH_CORPUS["path"],
+        log:
+            "results/logs/retrieval/fetch_corpus.log",
+        conda:
+            CONDA_ENV
+        threads: 1
         params:
             url=SEARCH_CORPUS["url"],
             options=" ".join(
                 ([f"--sha256 {SEARCH_CORPUS['sha256']}"] if SEARCH_CORPUS.get("sha256") else [])
                 + (["--gunzip"] if SEARCH_CORPUS["url"].split("?")[0].endswith(".gz") else [])
             ),
-        log:
-            "results/logs/retrieval/fetch_corpus.log",
-        threads: 1
-        conda:
-            CONDA_ENV
         shell:
             "python -m rtpo.retrieval.fetch {params.url:q} {output.corpus} {params.options} > {log} 2>&1"
 
@@ -44,9 +44,9 @@ if SEARCH_INDEX:
             "results/logs/retrieval/build_index.log",
         benchmark:
             "results/benchmarks/retrieval/build_index.tsv"
-        threads: 1
         conda:
             CONDA_ENV
+        threads: 1
         params:
             command=BUILD_INDEX_CMD,
         shell:

@@ -30,17 +30,17 @@ if PIPELINE.sweep:
             train="results/sweep/data/h{hops}/train.jsonl",
             eval="results/sweep/data/h{hops}/eval.jsonl",
             experts="results/sweep/data/h{hops}/experts.jsonl",
+        log:
+            "results/logs/sweep/data/h{hops}.log",
         wildcard_constraints:
             hops=SWEEP_HOPS,
+        conda:
+            CONDA_ENV
+        threads: 1
         params:
             settings=lambda wildcards: fingerprint(PIPELINE.sweep_data_settings(int(wildcards.hops))),
             sets=lambda wildcards: set_args(experiment.sweep_data_sets(config, int(wildcards.hops))),
             config=config_path,
-        log:
-            "results/logs/sweep/data/h{hops}.log",
-        threads: 1
-        conda:
-            CONDA_ENV
         shell:
             "rtpo data --config {params.config} --task search {params.sets} --out $(dirname {output.train}) > {log} 2>&1"
 
@@ -50,15 +50,15 @@ if PIPELINE.sweep:
             experts=[f"{experiment.sweep_data_dir(k)}/experts.jsonl" for k in PIPELINE.sweep_hops()],
         output:
             directory(experiment.SWEEP_BASE),
+        log:
+            "results/logs/sweep/base_model.log",
+        conda:
+            CONDA_ENV
+        threads: BASE_THREADS
         params:
             settings=fingerprint(PIPELINE.sweep_base_settings()),
             sets=set_args(experiment.sweep_model_sets(config)),
             config=config_path,
-        log:
-            "results/logs/sweep/base_model.log",
-        threads: BASE_THREADS
-        conda:
-            CONDA_ENV
         shell:
             "rtpo sweep-base --config {params.config} {params.sets} --init {input.model} --demos {input.experts} "
             "--out {output} > {log} 2>&1"
@@ -75,9 +75,21 @@ if PIPELINE.sweep:
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
+            log:
+                **seed_logs(
+                    _job,
+                    "results/logs/sweep/{scell}/seed{seed}/train.log",
+                    "results/logs/sweep/{scell}/{label}.train.job.log",
+                ),
+            benchmark:
+                f"results/benchmarks/sweep/{{scell}}/{_job.label}.train.tsv"
             wildcard_constraints:
                 scell=SWEEP_CELLS,
+            conda:
+                CONDA_ENV
+            threads: THREADS
             params:
+                **seed_params(_job, _run, "results/logs/sweep/{scell}/seed{seed}/train.log"),
                 method=lambda wildcards: sweep_of(wildcards).method,
                 task="search",
                 sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
@@ -85,15 +97,6 @@ if PIPELINE.sweep:
                 settings=lambda wildcards: fingerprint(PIPELINE.sweep_run_settings(sweep_of(wildcards))),
                 stamp=lambda wildcards: PIPELINE.sweep_train_stamp(sweep_of(wildcards)),
                 config=config_path,
-                **seed_params(_job, _run, "results/logs/sweep/{scell}/seed{seed}/train.log"),
-            log:
-                **seed_logs(_job, "results/logs/sweep/{scell}/seed{seed}/train.log",
-                            "results/logs/sweep/{scell}/{label}.train.job.log"),
-            benchmark:
-                f"results/benchmarks/sweep/{{scell}}/{_job.label}.train.tsv"
-            threads: THREADS
-            conda:
-                CONDA_ENV
             shell:
                 TRAIN_SHELL
 
@@ -107,25 +110,31 @@ if PIPELINE.sweep:
                 eval=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
             output:
                 result=_job.paths("results/sweep/{scell}/eval_seed{seed}.json"),
+            log:
+                **seed_logs(
+                    _job,
+                    "results/logs/sweep/{scell}/eval_seed{seed}.log",
+                    "results/logs/sweep/{scell}/{label}.eval.job.log",
+                ),
+            benchmark:
+                f"results/benchmarks/sweep/{{scell}}/{_job.label}.eval.tsv"
             wildcard_constraints:
                 scell=SWEEP_CELLS,
+            conda:
+                CONDA_ENV
+            threads: THREADS
             params:
+                **seed_params(
+                    _job,
+                    "results/sweep/{scell}/eval_seed{seed}.json",
+                    "results/logs/sweep/{scell}/eval_seed{seed}.log",
+                ),
                 method=lambda wildcards: sweep_of(wildcards).method,
                 sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
                 settings=lambda wildcards: fingerprint(PIPELINE.sweep_eval_settings(sweep_of(wildcards))),
                 config=config_path,
                 engine=eval_engine,
                 model=seed_params(_job, "results/sweep/{scell}/seed{seed}/final")["out"],
-                **seed_params(_job, "results/sweep/{scell}/eval_seed{seed}.json",
-                              "results/logs/sweep/{scell}/eval_seed{seed}.log"),
-            log:
-                **seed_logs(_job, "results/logs/sweep/{scell}/eval_seed{seed}.log",
-                            "results/logs/sweep/{scell}/{label}.eval.job.log"),
-            benchmark:
-                f"results/benchmarks/sweep/{{scell}}/{_job.label}.eval.tsv"
-            threads: THREADS
-            conda:
-                CONDA_ENV
             shell:
                 "exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
                 "--task search --seed {params.seeds} --eval-file {input.eval} {params.sets} "
@@ -138,13 +147,13 @@ if PIPELINE.sweep:
             table="results/tables/sweep_horizon.csv",
             claims="results/tables/sweep_claims.csv",
             figure="figures/sweep_horizon.png",
-        params:
-            settings=fingerprint(config.get("sweep")),
-            config=config_path,
         log:
             "results/logs/report/sweep.log",
         conda:
             CONDA_ENV
+        params:
+            settings=fingerprint(config.get("sweep")),
+            config=config_path,
         shell:
             "rtpo report sweep --config {params.config} --results results --tables $(dirname {output.table}) "
             "--figures $(dirname {output.figure}) > {log} 2>&1"
@@ -160,11 +169,11 @@ else:
         sweep,
 
     rule sweep:
-        message:
-            "this config has no 'sweep' section (the mechanism sweep: config/config.yaml's)"
         log:
             "results/logs/sweep/no_sweep_section.log",
         conda:
             CONDA_ENV
+        message:
+            "this config has no 'sweep' section (the mechanism sweep: config/config.yaml's)"
         shell:
             "echo 'no sweep section in this config (see config/config.yaml, key sweep)' >&2; exit 1"

@@ -25,9 +25,21 @@ for _method in TRAINABLE:
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
+            log:
+                **seed_logs(
+                    _job,
+                    f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log",
+                    f"results/logs/train/{{task}}/{_method}/{{label}}.job.log",
+                ),
+            benchmark:
+                f"results/benchmarks/train/{{task}}/{_method}/{_job.label}.tsv"
             wildcard_constraints:
                 **_job.wildcard_constraints,  # task: the cells of this seed group (seed_counts)
+            conda:
+                CONDA_ENV
+            threads: THREADS
             params:
+                **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
                 method=_method,
                 task=lambda wildcards: wildcards.task,
                 sets="",
@@ -35,14 +47,5 @@ for _method in TRAINABLE:
                 settings=_settings,
                 stamp=_stamp,
                 config=config_path,
-                **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
-            log:
-                **seed_logs(_job, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log",
-                            f"results/logs/train/{{task}}/{_method}/{{label}}.job.log"),
-            benchmark:
-                f"results/benchmarks/train/{{task}}/{_method}/{_job.label}.tsv"
-            threads: THREADS
-            conda:
-                CONDA_ENV
             shell:
                 TRAIN_SHELL
