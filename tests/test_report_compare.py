@@ -107,8 +107,8 @@ def test_reference_keeps_exactly_the_compared_files(tables, ref_run):
     assert not [n for n in kept if n.startswith("timing_") or n.endswith((".md", ".tex")) and n != "README.md"]
     assert "report_inputs.csv" not in kept and "report_missing.txt" not in kept and "status.md" not in kept
     readme = (ref / "README.md").read_text()
-    for needle in ("commit", "avx2", "avx512f", "cpu", "rtpo report reference --tables results/tables --out "
-                   "reference/cpu-default", "rtpo report compare --reference reference/cpu-default results/tables"):
+    for needle in ("commit", "avx2", "avx512f", "cpu", "rtpo report reference --tables results/tables --figures figures "
+                   "--out reference/cpu-default", "rtpo report compare --reference reference/cpu-default results/tables"):
         assert needle in readme, needle
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert head and head in readme
@@ -119,6 +119,39 @@ def test_reference_keeps_exactly_the_compared_files(tables, ref_run):
     (ref / "table99_stale.csv").write_text("a,b\n1,2\n")
     assert rtpo_main(["report", "reference", "--tables", str(tables), "--out", str(ref), "--commit", "abc123"]) == 0
     assert not (ref / "table99_stale.csv").exists() and "abc123" in (ref / "README.md").read_text()
+
+
+def test_reference_keeps_the_runs_figures(tables, tmp_path, capsys):
+    """--figures copies the run's PNGs into <out>/figures (a stale PNG there removed) and the README links
+    each; a figures directory without PNGs is refused (exit 2) before anything is replaced."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    for name in ("fig03_consistency", "fig_learning"):
+        fig, ax = plt.subplots(figsize=(2, 2))
+        ax.plot([0, 1], [0, 1])
+        fig.savefig(figs / f"{name}.png", dpi=50)
+        plt.close(fig)
+    (figs / "fig03_consistency.pdf").write_bytes(b"%PDF-1.4 not kept")
+    out = tmp_path / "ref"
+    (out / "figures").mkdir(parents=True)
+    (out / "figures" / "old_figure.png").write_bytes(b"stale")
+    assert rtpo_main(["report", "reference", "--tables", str(tables), "--figures", str(figs), "--out", str(out),
+                      "--commit", "abc123"]) == 0
+    assert "2 figures" in capsys.readouterr().out
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["fig03_consistency.png", "fig_learning.png"]
+    assert (out / "figures" / "fig_learning.png").read_bytes() == (figs / "fig_learning.png").read_bytes()
+    readme = (out / "README.md").read_text()
+    assert "[fig03_consistency](figures/fig03_consistency.png)" in readme and "old_figure" not in readme
+    empty = tmp_path / "nofigs"
+    empty.mkdir()
+    assert rtpo_main(["report", "reference", "--tables", str(tables), "--figures", str(empty), "--out", str(out)]) == 2
+    assert "holds no PNG figures" in capsys.readouterr().err
+    assert (out / "figures" / "fig_learning.png").exists() and "abc123" in (out / "README.md").read_text()
 
 
 def test_repository_reference_is_one_consistent_run(tmp_path, capsys, monkeypatch):

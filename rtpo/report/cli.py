@@ -121,6 +121,7 @@ def tools_parser():
     r.add_argument("--out", default="reference/cpu-default")
     r.add_argument("--config", default="config/config.yaml", help="recorded (sha256) in the README")
     r.add_argument("--commit", default=None, help="the commit that ran the DAG (default: HEAD of this checkout)")
+    r.add_argument("--figures", default=None, help="the run's figures directory (e.g. figures): its PNGs go to <out>/figures")
     m = sub.add_parser("claims-map", help="docs/claims.md: each claim's runs, command, evidence file and our result")
     m.add_argument("--tables", default="reference/cpu-default", help="a directory with claims.csv")
     m.add_argument("--sweep", default=None, help="a directory with sweep_claims.csv (e.g. reference/sweep): adds its section")
@@ -155,8 +156,10 @@ def tools_main(argv: list[str]) -> int:
         if args.tool == "reference":
             from rtpo.report.reference import make_reference
 
-            written = make_reference(args.tables, args.out, config=args.config, commit=args.commit)
-            print(f"rtpo report reference: {len(written) - 1} tables and README.md -> {args.out}")
+            written = make_reference(args.tables, args.out, config=args.config, commit=args.commit,
+                                     figures=args.figures)
+            n_fig = sum(1 for w in written if w.suffix == ".png")
+            print(f"rtpo report reference: {len(written) - 1 - n_fig} tables, {n_fig} figures and README.md -> {args.out}")
             return 0
         from rtpo.report.summary import summary_lines, wants_summary
 

@@ -13,7 +13,7 @@ from typing import Mapping
 from rtpo.report.compare import compared_files, read_table
 
 
-REFERENCE_COMMAND = "rtpo report reference --tables results/tables --out reference/cpu-default"
+REFERENCE_COMMAND = "rtpo report reference --tables results/tables --figures figures --out reference/cpu-default"
 
 
 def machine_info(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, str]:
@@ -60,10 +60,14 @@ def git_commit(root: str | Path) -> str:
         return "unknown"
 
 
-def reference_readme(meta: Mapping[str, str], files: list[str]) -> str:
+def reference_readme(meta: Mapping[str, str], files: list[str], figures: list[str] = ()) -> str:
     """The README.md of a reference directory: what it is, where it came from, how it is used and remade."""
     prov = "\n".join(f"| {k} | {v} |" for k, v in meta.items())
     listing = ", ".join(f"`{f}`" for f in files) or "(none yet)"
+    figs = ("\n\n## Figures\n\nThe same run's figures (PNG), to hold yours beside: "
+            + ", ".join(f"[{Path(f).stem}](figures/{f})" for f in figures)
+            + ". They are not compared (`rtpo report compare` reads the CSVs); a re-drawn run's curves differ "
+            "within the tables' stated uncertainty.") if figures else ""
     return f"""# Reference tables of the CPU default
 
 The non-timing CSV tables of one run of the CPU-default DAG (`bash scripts/pipeline.sh`,
@@ -99,7 +103,7 @@ Not kept (never compared): `timing_*` (wall-clock), `report_inputs.csv` (absolut
 |---|---|
 {prov}
 
-Files: {listing}
+Files: {listing}{figs}
 
 ## Regenerate
 
@@ -126,9 +130,11 @@ def _in_repo(path: str | Path, root: str | Path) -> str:
 
 
 def make_reference(tables: str | Path, out: str | Path, config: str | Path | None = None,
-                   commit: str | None = None, root: str | Path | None = None) -> list[Path]:
-    """Copy the compared CSV tables of `tables` into `out` (other CSVs there removed) and write its
-    README.md (reference_readme) with commit, date, CPU and config provenance; returns the paths written."""
+                   commit: str | None = None, root: str | Path | None = None,
+                   figures: str | Path | None = None) -> list[Path]:
+    """Copy the compared CSV tables of `tables` into `out` (other CSVs there removed), the PNG figures of
+    `figures` (if given) into `out/figures` (other PNGs there removed), and write its README.md
+    (reference_readme) with commit, date, CPU and config provenance; returns the paths written."""
     import datetime
     import hashlib
     import shutil
@@ -143,6 +149,12 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
         raise ValueError(f"tables directory {tables} holds no tables to keep (run the DAG first)")
     for f in files:
         read_table(tables / f)  # a truncated table fails here, before anything is replaced
+    pngs: list[str] = []
+    if figures is not None:  # checked before anything is replaced, too
+        figures = Path(figures)
+        pngs = sorted(p.name for p in figures.glob("*.png")) if figures.is_dir() else []
+        if not pngs:
+            raise ValueError(f"figures directory {figures} holds no PNG figures (run the DAG's figures first)")
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.csv"):
         if old.name not in files:
@@ -151,6 +163,14 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
     for f in files:
         shutil.copyfile(tables / f, out / f)
         written.append(out / f)
+    if pngs:
+        (out / "figures").mkdir(exist_ok=True)
+        for old in (out / "figures").glob("*.png"):
+            if old.name not in pngs:
+                old.unlink()
+        for f in pngs:
+            shutil.copyfile(figures / f, out / "figures" / f)
+            written.append(out / "figures" / f)
     if root is None:
         from rtpo.config import ROOT as root
     meta = {"commit": commit or git_commit(root),
@@ -159,5 +179,5 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
     if config is not None and Path(config).is_file():
         meta["config"] = f"{_in_repo(config, root)} (sha256 {hashlib.sha256(Path(config).read_bytes()).hexdigest()[:16]})"
     meta.update(machine_info())
-    atomic_write_text(out / "README.md", reference_readme(meta, files))
+    atomic_write_text(out / "README.md", reference_readme(meta, files, pngs))
     return [*written, out / "README.md"]
