@@ -13,7 +13,7 @@ Files named timing_* hold wall-clock numbers; every other file is the same on a 
 Checks of a finished run (`tools_main`; rtpo.cli hands `rtpo report compare|reference|summary|claims-map` here):
 
     rtpo report compare --reference reference/cpu-default results/tables   # rtpo.report.compare
-    rtpo report reference --tables results/tables --out reference/cpu-default
+    rtpo report reference --tables results/tables --figures figures --out reference/cpu-default
     rtpo report summary --start EPOCH --rc STATUS -- <snakemake args>     # rtpo.report.summary
     rtpo report claims-map --tables reference/cpu-default --sweep reference/sweep --out docs/claims.md
 
