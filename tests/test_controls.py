@@ -147,6 +147,10 @@ def test_control_rows_give_the_verdicts_their_numbers_imply(control_results):
     # the survive rows test the effect their paper rows do: 4.1's mapping on math, G.1-pass1's 1 pp on airline
     assert "21.5 % relative" in rows.loc["C.A-rtpo-grpo_k-math", "expected"]
     assert "minimal effect 1 pp" in rows.loc["C.A-rtpo-grpo_k-airline", "expected"]
+    # the "more updates" reading belongs to RTPO − GRPO-K; on GRPO-K − GRPO "no effect" says the opposite
+    assert "explained by its extra optimizer steps" in rows.loc["C.A-rtpo-grpo_k-math", "note"]
+    assert "explained by its extra optimizer steps" not in rows.loc["C.A-grpo_k-grpo-math", "note"]
+    assert "cannot explain a lead" in rows.loc["C.A-grpo_k-grpo-math", "note"]
 
 
 def test_controls_are_a_family_of_their_own(control_results):

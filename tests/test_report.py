@@ -378,10 +378,10 @@ def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
     assert claims["4.4-hardest"].values == pytest.approx({0: 30.0, 1: 30.0})
     assert claims["4.4-horizon-trend"].values == pytest.approx({0: 20.0, 1: 20.0})  # 0.3 - 0.1
     assert claims["4.4-average"].source == "§4.4, Table 3"
-    # no continuation study: the claim stays, inconclusive, and says why
+    # no continuation study: the claim stays, "not run in this config", and says why
     del cfg["ablations"]["continuation"]
     (only,) = policy_drift(_synthetic(cfg, evals=evals))
-    assert only.id == "4.4-average" and only.values == {} and "absent from the config" in only.note
+    assert only.id == "4.4-average" and only.values == {} and "absent from the config" in only.absent
 
 
 def test_consistency_builder_tests_the_ratio_against_the_papers_level():

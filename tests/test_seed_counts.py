@@ -11,6 +11,7 @@ import copy
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
@@ -187,7 +188,7 @@ def test_a_study_left_out_gives_not_run_rows(tmp_path):
     from rtpo.report.cli import run_report
     from rtpo.report.load import load_results
     from rtpo.report.tables_studies import tableG6_sync
-    from rtpo.report.stats import INCONCLUSIVE
+    from rtpo.report.stats import NOT_RUN
 
     cfg = fixture_config(**{"train.steps": 4, "seeds": [0, 1], "ablations.seeds": [0, 1]})
     del cfg["ablations"]["sync"]
@@ -197,7 +198,12 @@ def test_a_study_left_out_gives_not_run_rows(tmp_path):
     g6 = [c for c in ledger.build_claims(res) if c.id.startswith("G.6")]
     assert [c.id for c in g6] == ["G.6-acc"]
     row = ledger.evaluate_claim(g6[0])
-    assert row["verdict"] == INCONCLUSIVE and row["n"] == 0 and "not run in this config" in row["note"]
+    # counted apart (not inconclusive: nothing ran), and no unrelated "not run" list (the deep-search one) added
+    row_nr = ledger.evaluate_claim(g6[0], not_run={"search": {"gaia"}})
+    assert row["verdict"] == NOT_RUN and row["n"] == 0 and "not run in this config" in row["note"]
+    assert "gaia" not in row_nr["note"]
+    counts = ledger.verdict_counts(pd.DataFrame([row]))
+    assert counts[NOT_RUN] == 1 and counts["inconclusive"] == 0
     (table,) = tableG6_sync(res)
     assert "not run in this config" in table.display.iloc[0]["metric"]
     written = run_report("tables", tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures",

@@ -49,7 +49,7 @@ from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, Pa
 from rtpo.report.stats import (
     EFFECT_EXCLUDED, INCONCLUSIVE, KIND_CONTROL, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION, KIND_STRUCTURAL,
     KINDS,
-    NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE, RULE_STRUCTURAL,
+    NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE, RULE_STRUCTURAL,
     RULE_THEORY, SMALLER, VERDICTS, bh_adjust, direction_verdict, effect_verdict, equivalence_verdict, paired,
     paired_ratio, structural_verdict, summarize, t_pvalues, theory_kind, theory_verdict, unscorable,
 )
@@ -116,6 +116,7 @@ class Claim:
     effect_basis: str = ""           # ... and how it was mapped (paper_effect); NaN: MIN_EFFECT[unit]
     resolution: float = math.nan     # the step (in `unit`) a per-seed value moves by, where coarser than continuous
     learned: bool | None = None      # a training dynamic: whether the runs it describes learn (False: NOT_MEASURABLE)
+    absent: str = ""                 # why the config runs nothing for it (a study left out): verdict NOT_RUN
 
     @property
     def source(self) -> str:
@@ -389,7 +390,7 @@ def credit_assignment(res: Results) -> list[Claim]:
         out.append(Claim(
             f"4.3-{m}", PAPER["rtpo_ca_best"], f"under full-history rollouts RTPO-CA beats {method_label(m)}",
             f"RTPO-CA − {method_label(m)}: pass@1 averaged over the math benchmarks (psi = full)", "pp", values,
-            evidence="table02_credit_assignment", note="" if ca else "study credit_assignment absent from the config"))
+            evidence="table02_credit_assignment", absent="" if ca else "study credit_assignment absent from the config"))
     return out
 
 
@@ -400,7 +401,7 @@ def policy_drift(res: Results) -> list[Claim]:
     if co is None or len(co.variants) < 2:
         return [Claim("4.4-average", PAPER["on_policy_gain"], "on-policy continuation beats off-policy continuation",
                       "on − off output-hit", "pp", {}, evidence="table03_continuation",
-                      note="study continuation absent from the config")]
+                      absent="study continuation absent from the config")]
     on, off = co.variant_names()[0], co.variant_names()[1]
     metric, m = hit_metric(res, co.task, co.name), co.methods[0]
 
@@ -650,7 +651,7 @@ def math_tool_use(res: Results) -> list[Claim]:
     ]
 
 
-NOT_RUN_SYNC = "not run in this config: it has no ablations.sync study"
+NOT_RUN_SYNC = "it has no ablations.sync study"
 
 
 def sync_frequency(res: Results) -> list[Claim]:
@@ -660,7 +661,7 @@ def sync_frequency(res: Results) -> list[Claim]:
     if sy is None:  # a config may leave the study out (the CPU default: its arms need >400 seeds to decide)
         return [Claim("G.6-acc", PAPER["sync_accuracy"], "per-stage synchronisation beats every cheaper schedule on "
                       "the hardest tier", "per_stage − a cheaper schedule: pass@1 on the hardest tier", "pp", {},
-                      evidence="tableG6_sync", note=NOT_RUN_SYNC)]
+                      evidence="tableG6_sync", absent=NOT_RUN_SYNC)]
     if len(sy.variants) < 2:
         return []
     ref, m = sy.variant_names()[0], sy.methods[0]
@@ -704,6 +705,8 @@ def budget_over_training(res: Results) -> list[Claim]:
 CONTROL_NOTE = "a control of this artifact, not a claim of the paper"
 MORE_UPDATES = ("if this row is 'no effect of the paper's size' while RTPO − GRPO was ahead, RTPO's lead there is "
                 "explained by its extra optimizer steps")
+EXTRA_STEPS_HELP = ("'no effect' here means the extra optimizer steps do not help GRPO, so they cannot explain a lead "
+                    "of RTPO's; a gain here makes the RTPO − GRPO-K row the test of that lead")
 BY_DESIGN_FULL = ("under psi = full GRPO samples and trains on the same context ids with the same fp32 kernels, so its "
                   "KL(rollout‖train) is ~0 (float rounding), and k3 >= 0 per token, so this difference cannot be "
                   "negative: the manipulation check that the mismatch arm removes the mismatch")
@@ -718,7 +721,7 @@ def matched_updates(res: Results) -> list[Claim]:
     if mu is None:
         return [Claim("C.A-rtpo-grpo_k", ref, "RTPO's lead over GRPO survives matched optimizer steps",
                       "RTPO − GRPO-K: pass@1", "pp", {}, kind=KIND_CONTROL, evidence="table_controls",
-                      note="study matched_updates absent from the config")]
+                      absent="study matched_updates absent from the config")]
     out = []
     for variant, task, m in mu.cells:
         label = f"{method_label(m)}-K"
@@ -738,11 +741,11 @@ def matched_updates(res: Results) -> list[Claim]:
             f"({task})", f"RTPO − {label} ({variant}: {k} optimizer steps per training step): {task} pass@1", "pp",
             _pp(rtpo, k_arm), kind=KIND_CONTROL, evidence="table_controls",
             note=f"{CONTROL_NOTE}; tested against the effect {'G.1-pass1' if task == AIRLINE else '4.1'}-{m} uses; "
-                 f"{label} and RTPO paired by seed", **effect))
+                 f"{label} and RTPO paired by seed; {MORE_UPDATES}", **effect))
         out.append(Claim(
             f"C.A-{m}_k-{m}-{task}", ref, f"{label} gains on {method_label(m)} from the extra optimizer steps ({task})",
             f"{label} − {method_label(m)}: {task} pass@1", "pp", _pp(k_arm, base), kind=KIND_CONTROL,
-            evidence="table_controls", note=f"{CONTROL_NOTE}; {MORE_UPDATES}"))
+            evidence="table_controls", note=f"{CONTROL_NOTE}; {EXTRA_STEPS_HELP}"))
     return out
 
 
@@ -755,7 +758,7 @@ def mismatch_control(res: Results) -> list[Claim]:
     if mm is None or not {"rtpo", "grpo"} <= set(mm.methods):
         return [Claim("C.B-interaction", ref, "RTPO's gain over GRPO is larger under the lossy psi than under psi = full",
                       "(RTPO − GRPO)[main psi] − (RTPO − GRPO)[full]", "pp", {}, kind=KIND_CONTROL,
-                      evidence="table_controls", note="study mismatch (with rtpo and grpo) absent from the config")]
+                      evidence="table_controls", absent="study mismatch (with rtpo and grpo) absent from the config")]
     t, v = mm.task, mm.variants[0].name
     psi = str(((res.cfg.get("env") or {}).get(t) or {}).get("psi", "full"))
 
@@ -865,7 +868,10 @@ def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
         raise ValueError(f"claim {c.id}: kind {c.kind!r} is not empirical, structural or control")
     note = c.note
     p_zero = p_effect = math.nan
-    if c.rule == "equivalence":
+    if c.absent:  # nothing ran: neither evidence nor an open question of these runs
+        verdict = NOT_RUN
+        note = f"{NOT_RUN}: {c.absent}" + (f"; {note}" if note else "")
+    elif c.rule == "equivalence":
         verdict = equivalence_verdict(s, c.center, c.margin)
     elif c.kind == KIND_STRUCTURAL:
         verdict = direction_verdict(s, c.sign)
@@ -889,9 +895,9 @@ def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
     if c.kind == KIND_STRUCTURAL:
         verdict = structural_verdict(verdict)
         note = f"by construction: {c.construction}" + (f"; {note}" if note else "")
-    if s.n == 0 and not c.note:
+    if s.n == 0 and not c.note and not c.absent:
         note += ("; " if note else "") + "no runs or no values for this comparison"
-    if s.n == 0 and not_run:  # e.g. the deep-search benchmarks without a web-search key
+    if s.n == 0 and not_run and not c.absent:  # e.g. the deep-search benchmarks without a web-search key
         note += "; not run: " + ", ".join(f"{b} ({t})" for t, bs in sorted(not_run.items()) for b in sorted(bs))
     elif s.n == 1:
         note = (note + "; " if note else "") + "one seed: no interval"
@@ -938,7 +944,7 @@ def verdict_counts(df: pd.DataFrame) -> dict[Any, int]:
     for k in KINDS:
         out[k] = int((kinds == k).sum())
     counts = df.verdict.value_counts()
-    for v in (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE):
+    for v in (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN):
         out[v] = int(counts.get(v, 0))
     out["effect excluded"] = out[SMALLER] + out[NO_EFFECT]
     out["decided"] = out[REPRODUCED] + out[NOT_REPRODUCED]

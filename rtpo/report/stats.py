@@ -26,6 +26,7 @@ EFFECT_EXCLUDED = (SMALLER, NO_EFFECT)
 # empirical: a training dynamic (e.g. "failed trunks get shorter over training") of runs whose training reward
 # does not rise: the paper's mechanism presupposes learning, so nothing here can show or refute it
 NOT_MEASURABLE = "not measurable at this scale"
+NOT_RUN = "not run in this config"               # the config leaves the study out: no runs, counted apart
 BY_CONSTRUCTION = "holds (by construction)"      # structural: the data agree with what the design fixes
 AGAINST_CONSTRUCTION = "contradicts its construction"  # structural: the data contradict it (an implementation bug)
 
@@ -36,7 +37,7 @@ KIND_IMPLEMENTATION = "implementation check"     # a simulation against its own 
 KIND_DERIVATION = "derivation check"             # a simulation against the paper's own expression (theory rows)
 KIND_CONTROL = "control"                         # an empirical comparison of this artifact's controls, not a paper claim
 KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION, KIND_CONTROL)
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, BY_CONSTRUCTION,
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN, BY_CONSTRUCTION,
             AGAINST_CONSTRUCTION)
 ALPHA = 0.05   # two-sided level of every interval and test (95 % CIs; one-sided tests at ALPHA / 2)
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from rtpo.report.load import MAIN, Results, benchmark_label, sort_benchmarks
 from rtpo.report.stats import paired, paired_ratio
-from rtpo.report.table_base import TIMING_NOTE, Table, cell, diff_ci, method_label, ms, seeds_note
+from rtpo.report.table_base import TIMING_NOTE, Table, cell, diff_ci, method_label, ms, seed_phrase, seeds_note
 
 
 # ------------------------------------------------------------------------------------------------
@@ -306,7 +306,8 @@ def table_controls(res: Results) -> list[Table]:
              "the same context.",
              "pass@1 in % (mean over the task's benchmarks per seed; airline: over every sample); optimizer steps per "
              "training step from the runs' records (the rise of train_version per step). Unmarked arms are the main "
-             "grid's runs (seeds " + str(list(res.cfg.get("seeds", []))) + "); the control arms run the ablation "
-             "seeds.", seeds_note(res, mu.name if mu is not None else mm.name)]
+             "grid's runs (" + seed_phrase(res.cfg) + "); the control arms run "
+             + "; ".join(f"{st.name}: {seed_phrase(res.cfg, st.name)}" for st in (mu, mm) if st is not None)
+             + " (the n column gives each arm's count).", seeds_note(res, mu.name if mu is not None else mm.name)]
     return [Table("table_controls", "Controls: GRPO with RTPO's optimizer steps; RTPO and GRPO under psi = full",
                   pd.DataFrame(rows), pd.DataFrame(disp), notes)]
