@@ -70,7 +70,7 @@ class Row:
     old_logprobs: list[float]       # per response token; the rollout-time logprobs (ignored where mask == 0)
     advantages: list[float]         # per response token
     mask: list[int]                 # 1 = token receives gradient
-    group: str = ""                 # the prompt group (a prompt's chains, a tree, RTPO's siblings of one S_k):
+    group: str = ""                 # the prompt group (a prompt's chains or trees, RTPO's siblings of one S_k):
                                     # its rows stay in one mini-batch (UpdateConfig.mini_batches); verl's uid
     turns: list[int] | None = None  # per response token, the turn index k of its action (None: not known);
                                     # the rollout-training mismatch is reported per k

@@ -533,8 +533,8 @@ class LocalEngine:
 
 
 def prompt_group_splits(rows: list[Row], mini_batches: int) -> list[list[int]]:
-    """Row indices of each mini-batch: the rows' prompt groups (`Row.group`: a prompt's chains, a tree's
-    leaves, RTPO's siblings of one boundary state S_k) in order of first appearance, cut into
+    """Row indices of each mini-batch: the rows' prompt groups (`Row.group`: a prompt's chains, the leaves of a
+    prompt's trees, RTPO's siblings of one boundary state S_k) in order of first appearance, cut into
     `mini_batches` runs of consecutive groups of near-equal count, so a group never straddles two
     optimizer steps. This is verl's actor.ppo_mini_batch_size: train_batch_size prompts (x rollout.n
     responses, kept together) cut into train_batch_size / ppo_mini_batch_size mini-batches. Rows without

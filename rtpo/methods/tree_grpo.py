@@ -114,9 +114,10 @@ class TreeGRPO(Method):
         with log.phase("update"):
             adv = tree_grpo_advantages(torch.tensor([t.reward for t in leaves], dtype=torch.float), tree_keys, prompt_keys)
             advs = [float(a) for a in adv]
+            # a prompt's M trees are one group (verl's ppo_mini_batch_size keeps a prompt's responses together)
             rows = [flatten_row(t, a, self.engine.max_context, self.shared_prefix == "every_leaf",
-                                group=f"{t.task.id}/{pk}/{tk}")
-                    for t, a, tk, pk in zip(leaves, advs, tree_keys, prompt_keys)]
+                                group=f"{t.task.id}/{pk}")
+                    for t, a, pk in zip(leaves, advs, prompt_keys)]
             stats = self.engine.update(rows, self.update_cfg, self.temperature)
             log.add_update(stats, advs)
         return log.record(roots, len(tasks))
