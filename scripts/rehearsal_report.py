@@ -57,6 +57,16 @@ def rules_table(js: list[dict]) -> list[dict]:
     return rows
 
 
+def failed_for_good(js: list[dict], attempts: int) -> list[str]:
+    """The jobs (rule and wildcards, the plugin's --comment) whose every attempt so far failed and that had all
+    `attempts` (1 + the profile's retries): failures no retry will mend."""
+    by = defaultdict(list)
+    for j in js:
+        by[j.get("opts", {}).get("--comment", j["id"])].append(j)
+    return sorted(name for name, g in by.items()
+                  if len(g) >= attempts and max(g, key=lambda j: j["start"])["state"] != "COMPLETED")
+
+
 def step_costs(metrics: Path) -> dict | None:
     recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
     if not recs:
@@ -91,8 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/rehearsal"))
     ap.add_argument("--since", type=float, default=0.0, help="only jobs started after this time (seconds since the "
                     "epoch; rehearse.sh passes its own start, so an earlier run's jobs are left out)")
+    ap.add_argument("--check-failed", action="store_true", help="print nothing else; exit 1 if a job failed on "
+                    "every attempt it was given (.ci/run, after its time limit cut a slice)")
+    ap.add_argument("--attempts", type=int, default=4, help="attempts per job: 1 + slurm/profile.yaml's retries")
     args = ap.parse_args(argv)
     js = [j for j in jobs(args.slurm) if j["start"] >= args.since]
+    if args.check_failed:
+        bad = failed_for_good(js, args.attempts)
+        for name in bad:
+            print(f"failed on all {args.attempts} attempts: {name}")
+        return 1 if bad else 0
     lines = ["# The rehearsal: where its time went", ""]
     if js:
         span = (max(j["end"] for j in js) - min(j["start"] for j in js)) / 60

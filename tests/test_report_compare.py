@@ -131,7 +131,7 @@ def test_reference_keeps_the_runs_figures(tables, tmp_path, capsys):
 
     figs = tmp_path / "figures"
     figs.mkdir()
-    for name in ("fig03_consistency", "fig_learning"):
+    for name in ("fig03_consistency", "fig_learning", "sweep_horizon"):
         fig, ax = plt.subplots(figsize=(2, 2))
         ax.plot([0, 1], [0, 1])
         fig.savefig(figs / f"{name}.png", dpi=50)
@@ -152,6 +152,9 @@ def test_reference_keeps_the_runs_figures(tables, tmp_path, capsys):
     assert rtpo_main(["report", "reference", "--tables", str(tables), "--figures", str(empty), "--out", str(out)]) == 2
     assert "holds no PNG figures" in capsys.readouterr().err
     assert (out / "figures" / "fig_learning.png").exists() and "abc123" in (out / "README.md").read_text()
+    # tables alone: the earlier run's figures go (they are not this run's), the README lists none
+    assert rtpo_main(["report", "reference", "--tables", str(tables), "--out", str(out), "--commit", "def456"]) == 0
+    assert not list((out / "figures").glob("*.png")) and "## Figures" not in (out / "README.md").read_text()
 
 
 def test_repository_reference_is_one_consistent_run(tmp_path, capsys, monkeypatch):

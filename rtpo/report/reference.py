@@ -133,7 +133,8 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
                    commit: str | None = None, root: str | Path | None = None,
                    figures: str | Path | None = None) -> list[Path]:
     """Copy the compared CSV tables of `tables` into `out` (other CSVs there removed), the PNG figures of
-    `figures` (if given) into `out/figures` (other PNGs there removed), and write its README.md
+    `figures` (if given; the sweep's aside) into `out/figures` (other PNGs there removed, all of them
+    without `figures`: an earlier run's figures are not this run's), and write its README.md
     (reference_readme) with commit, date, CPU and config provenance; returns the paths written."""
     import datetime
     import hashlib
@@ -152,7 +153,8 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
     pngs: list[str] = []
     if figures is not None:  # checked before anything is replaced, too
         figures = Path(figures)
-        pngs = sorted(p.name for p in figures.glob("*.png")) if figures.is_dir() else []
+        # the CPU default's figures; the mechanism sweep's (sweep_*) belong to its own reference (reference/sweep)
+        pngs = sorted(p.name for p in figures.glob("*.png") if not p.name.startswith("sweep_")) if figures.is_dir() else []
         if not pngs:
             raise ValueError(f"figures directory {figures} holds no PNG figures (run the DAG's figures first)")
     out.mkdir(parents=True, exist_ok=True)
@@ -163,11 +165,11 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
     for f in files:
         shutil.copyfile(tables / f, out / f)
         written.append(out / f)
+    for old in (out / "figures").glob("*.png"):  # figures of an earlier run: not this run's, so not kept
+        if old.name not in pngs:
+            old.unlink()
     if pngs:
         (out / "figures").mkdir(exist_ok=True)
-        for old in (out / "figures").glob("*.png"):
-            if old.name not in pngs:
-                old.unlink()
         for f in pngs:
             shutil.copyfile(figures / f, out / "figures" / f)
             written.append(out / "figures" / f)
