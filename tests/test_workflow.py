@@ -443,9 +443,15 @@ def test_changing_one_methods_lr_reruns_only_its_jobs(smoke_results, tmp_path):
     assert {j["rule"] for j in trains} == {"train_grpo", "ablation_train"}
     assert sorted(re.findall(r"task=(\w+)", j["wildcards"])[0] for j in trains
                   if j["rule"] == "train_grpo") == sorted(cfg["tasks"] * seed_jobs(cfg, cfg["seeds"]))
-    # the credit-assignment ablation runs grpo too (under psi=full): its cells rerun, rtpo_ca's do not
+    # the arms that train grpo rerun (credit assignment and the mismatch control under psi=full, the
+    # matched-updates control's GRPO-K on each of its tasks), rtpo_ca's and rtpo's do not
+    a = cfg["ablations"]
+    grpo_arms = sum("grpo" in (a.get(s) or {}).get("methods", []) for s in ("credit_assignment", "mismatch"))
+    if a.get("matched_updates", {}).get("method", "grpo") == "grpo":
+        grpo_arms += len(a.get("matched_updates", {}).get("mini_batches", {}))
+    assert grpo_arms == 3  # the smoke config has all three kinds
     assert all("/grpo/" in j["output"] for j in trains if j["rule"] == "ablation_train")
-    assert len([j for j in trains if j["rule"] == "ablation_train"]) == seed_jobs(cfg, cfg["ablations"]["seeds"])
+    assert len([j for j in trains if j["rule"] == "ablation_train"]) == grpo_arms * seed_jobs(cfg, a["seeds"])
     for j in trains:
         assert j["reason"].startswith("Params have changed since last execution"), j
     evals = [j for j in jobs if j["rule"] in ("evaluate_run", "ablation_evaluate")]
