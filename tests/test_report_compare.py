@@ -144,7 +144,22 @@ def test_reference_keeps_the_runs_figures(tables, tmp_path, capsys):
                       "--commit", "abc123"]) == 0
     assert "2 figures" in capsys.readouterr().out
     assert sorted(p.name for p in (out / "figures").iterdir()) == ["fig03_consistency.png", "fig_learning.png"]
-    assert (out / "figures" / "fig_learning.png").read_bytes() == (figs / "fig_learning.png").read_bytes()
+    from PIL import Image
+
+    with Image.open(out / "figures" / "fig_learning.png") as small, Image.open(figs / "fig_learning.png") as big:
+        assert small.size == big.size and small.mode == "P"   # 100 px: under the width, kept; 256 colours
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    fig, ax = plt.subplots(figsize=(16, 8))
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(wide / "fig_wide.png", dpi=150)
+    plt.close(fig)
+    from rtpo.report.reference import REFERENCE_PNG_WIDTH, small_png
+
+    small_png(wide / "fig_wide.png", tmp_path / "small.png")
+    with Image.open(tmp_path / "small.png") as im:
+        assert im.size == (REFERENCE_PNG_WIDTH, REFERENCE_PNG_WIDTH // 2)
+    assert (tmp_path / "small.png").stat().st_size < (wide / "fig_wide.png").stat().st_size / 2
     readme = (out / "README.md").read_text()
     assert "[fig03_consistency](figures/fig03_consistency.png)" in readme and "old_figure" not in readme
     empty = tmp_path / "nofigs"

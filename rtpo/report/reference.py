@@ -119,6 +119,21 @@ commit, date, CPU model and its avx2 / avx512f flags.
 """
 
 
+REFERENCE_PNG_WIDTH = 1000  # px: a figure to hold one's own beside, not to print (the run's are 150 dpi, ~2,000 px)
+
+
+def small_png(src: str | Path, dst: str | Path, width: int = REFERENCE_PNG_WIDTH) -> None:
+    """A reference copy of a figure: at most `width` pixels wide, 256 colours (plots use a handful), so that
+    the committed figures stay small (~6x smaller than the run's)."""
+    from PIL import Image
+
+    with Image.open(src) as im:
+        im = im.convert("RGB")  # matplotlib draws on an opaque white face
+        if im.width > width:
+            im = im.resize((width, round(im.height * width / im.width)), Image.Resampling.LANCZOS)
+        im.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(dst, optimize=True)
+
+
 def _in_repo(path: str | Path, root: str | Path) -> str:
     """`path` relative to the repository root, so the README names no directory of the machine that made it;
     outside the repository, its last two parts (e.g. results/tables)."""
@@ -171,7 +186,7 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
     if pngs:
         (out / "figures").mkdir(exist_ok=True)
         for f in pngs:
-            shutil.copyfile(figures / f, out / "figures" / f)
+            small_png(figures / f, out / "figures" / f)
             written.append(out / "figures" / f)
     if root is None:
         from rtpo.config import ROOT as root
