@@ -172,6 +172,9 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
         pngs = sorted(p.name for p in figures.glob("*.png") if not p.name.startswith("sweep_")) if figures.is_dir() else []
         if not pngs:
             raise ValueError(f"figures directory {figures} holds no PNG figures (run the DAG's figures first)")
+    if root is None:
+        from rtpo.config import ROOT as root
+    commit = commit or git_commit(root)  # before anything is written here: the reference itself is tracked
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.csv"):
         if old.name not in files:
@@ -188,9 +191,7 @@ def make_reference(tables: str | Path, out: str | Path, config: str | Path | Non
         for f in pngs:
             small_png(figures / f, out / "figures" / f)
             written.append(out / "figures" / f)
-    if root is None:
-        from rtpo.config import ROOT as root
-    meta = {"commit": commit or git_commit(root),
+    meta = {"commit": commit,
             "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "from": _in_repo(tables, root)}
     if config is not None and Path(config).is_file():
