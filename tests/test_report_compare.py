@@ -178,7 +178,9 @@ def test_repository_reference_is_one_consistent_run(tmp_path, capsys, monkeypatc
     what `rtpo report claims-map` makes from its ledger today (so the map cannot drift from it)."""
     ref = ROOT / "reference" / "cpu-default"
     readme = (ref / "README.md").read_text()
-    assert "rtpo report reference --tables results/tables --out reference/cpu-default" in readme
+    assert "rtpo report reference --tables results/tables --figures figures --out reference/cpu-default" in readme
+    figs = sorted(p.name for p in (ref / "figures").glob("*.png"))
+    assert "fig03_consistency.png" in figs and all(f"(figures/{f})" in readme for f in figs)
     assert "rtpo report compare --reference reference/cpu-default results/tables" in readme
     commit = next(x for x in readme.splitlines() if x.startswith("| commit |")).split("|")[2].strip()
     assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit), commit

@@ -39,9 +39,12 @@ def test_rescoring_keeps_the_values_and_applies_todays_rules(rescored):
     # the per-seed values and their intervals are the reference's own
     for cid in new.index.intersection(old.index):
         if old.loc[cid, "rule"] != "theory-check":   # theory rows: no per-seed values
-            assert new.loc[cid, "values"] == old.loc[cid, "values"], cid
+            a, b = new.loc[cid, "values"], old.loc[cid, "values"]
+            assert a == b or (pd.isna(a) and pd.isna(b)), cid   # both empty: a row of a study not run
     # the rows that hold by construction are structural now; the geometric ratio's rows need the runs
-    assert new.loc["F.2-seeupo-jitter", "kind"] == new.loc["G.2-G2-degenerate", "kind"] == KIND_STRUCTURAL
+    assert new.loc["F.2-seeupo-jitter", "kind"] == KIND_STRUCTURAL
+    if "G.2-G2-degenerate" in new.index:   # only with a G2 arm (the CPU default dropped it)
+        assert new.loc["G.2-G2-degenerate", "kind"] == KIND_STRUCTURAL
     assert not any(i.startswith("4.2-ratio-grpo-") for i in new.index)
     # RTPO's airline training dynamics are scored only if its training reward rises in the reference
     learning = pd.read_csv(REF / "table_learning.csv")
