@@ -34,9 +34,12 @@ EVIDENCE: dict[str, tuple[str, str]] = {
     "table02_credit_assignment": ("ablation credit_assignment: psi = full on math", "ablations"),
     "table03_continuation": ("ablation continuation: on- vs off-policy continuation on search", "ablations"),
     "table06_continuation_detail": ("ablation continuation: on- vs off-policy continuation on search", "ablations"),
-    "table10_group_size": ("ablation group_size: G in {2, 3, 4} on airline", "ablations"),
-    "table11_group_size_cost": ("ablation group_size: G in {2, 3, 4} on airline", "ablations"),
-    "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search", "ablations"),
+    "table10_group_size": ("ablation group_size: G in `ablations.group_size.values` on airline (CPU default 3, 4; "
+                           "paper 2, 3, 4)", "ablations"),
+    "table11_group_size_cost": ("ablation group_size: G in `ablations.group_size.values` on airline (CPU default "
+                                "3, 4; paper 2, 3, 4)", "ablations"),
+    "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search (paper and smoke configs; not in "
+                     "the CPU default)", "ablations"),
     "table_controls": ("the controls (not the paper's): matched_updates, GRPO with RTPO's optimizer steps per "
                        "training step; mismatch, RTPO and GRPO under psi = full on search; with the main runs",
                        "train evaluate ablations"),
