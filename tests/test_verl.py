@@ -586,6 +586,28 @@ def _expert_actions(task, tok):
     return acts, reward
 
 
+def test_a_flat_chain_is_seeded_by_run_step_prompt_and_repeat():
+    """GRPO's chains on verl (`rtpo_chain_sync`) carry a sampling seed made of the run's seed, the step,
+    the prompt's dataset index and its repeat (verl's session_id), so that a rerun or a resumed run
+    samples the same chains; the same seed in a process with another PYTHONHASHSEED (a Ray worker on
+    another node); unseeded, as before, where verl passes no session_id."""
+    from rtpo.verl_ext.agent_loop import chain_seed
+
+    row = {"extra_info": {"index": 7, "task": "{}"}, "global_steps": 3, "session_id": 2}
+    base = chain_seed({"seed": 0}, row)
+    assert isinstance(base, int) and 0 <= base < 2**62
+    assert chain_seed({"seed": 0}, dict(row)) == base
+    others = [chain_seed({"seed": 1}, row), chain_seed({"seed": 0}, {**row, "global_steps": 4}),
+              chain_seed({"seed": 0}, {**row, "extra_info": {"index": 8}}), chain_seed({"seed": 0}, {**row, "session_id": 3})]
+    assert len({base, *others}) == 5
+    assert chain_seed({"seed": 0}, {k: v for k, v in row.items() if k != "session_id"}) is None
+    code = ("from rtpo.verl_ext.agent_loop import chain_seed; "
+            "print(chain_seed({'seed': 0}, {'extra_info': {'index': 7}, 'global_steps': 3, 'session_id': 2}))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": "12345"},
+                         capture_output=True, text=True, check=True).stdout.split()[-1]
+    assert int(out) == base
+
+
 def test_agent_loop_restores_a_boundary_and_reproduces_the_trunk():
     from rtpo.data import generate_tasks
     from rtpo.verl_ext.cpu_harness.hf_rollout import HFGenerateServer
