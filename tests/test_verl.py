@@ -598,7 +598,8 @@ def test_a_flat_chain_is_seeded_by_run_step_prompt_and_repeat():
     assert isinstance(base, int) and 0 <= base < 2**62
     assert chain_seed({"seed": 0}, dict(row)) == base
     others = [chain_seed({"seed": 1}, row), chain_seed({"seed": 0}, {**row, "global_steps": 4}),
-              chain_seed({"seed": 0}, {**row, "extra_info": {"index": 8}}), chain_seed({"seed": 0}, {**row, "session_id": 3})]
+              chain_seed({"seed": 0}, {**row, "extra_info": {"index": 8}}),
+              chain_seed({"seed": 0}, {**row, "session_id": 3})]
     assert len({base, *others}) == 5
     assert chain_seed({"seed": 0}, {k: v for k, v in row.items() if k != "session_id"}) is None
     code = ("from rtpo.verl_ext.agent_loop import chain_seed; "

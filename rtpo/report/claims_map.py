@@ -149,7 +149,8 @@ def write_claims_map(tables: str | Path, out: str | Path, source: str | None = N
         lines += ["", "## The mechanism sweep", "",
                   f"From `{spath}` (`snakemake sweep`: K hops x psi x method, docs/reproducibility.md \"The mechanism "
                   f"sweep\"). {len(sw)} claims: {counts_text(sw)}. The paper states these claims without a figure "
-                  "for them; each empirical row tests a stated minimal effect, a structural row what holds by construction.", ""]
+                  "for them; each empirical row tests a stated minimal effect, a structural row what holds by "
+                  "construction.", ""]
         lines += _table(claims_map(sw))
     atomic_write_text(out, "\n".join(head + lines) + "\n")
     return Path(out)
