@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             a, b = by.get((task, "rtpo")), by.get((task, "grpo"))
             if a and b and b["generated_tokens"] and b["step_s"]:
                 lines.append(f"- {task}: generated tokens per step {a['generated_tokens'] / b['generated_tokens'] - 1:+.0%}, "
-                             f"step wall {a['step_s'] / b['step_s'] - 1:+.0%}, weight pushes {a['weight_pushes']:.0f} vs "
-                             f"{b['weight_pushes']:.0f}, update passes {a['update_passes']:.0f} vs {b['update_passes']:.0f}")
+                             f"step wall {a['step_s'] / b['step_s'] - 1:+.0%}, weight pushes {a['weight_pushes']:.3g} vs "
+                             f"{b['weight_pushes']:.3g}, update passes {a['update_passes']:.3g} vs {b['update_passes']:.3g}")
         args.out.mkdir(parents=True, exist_ok=True)
         keys = ["task", "method", "steps", "generated_tokens", "rollouts_per_prompt", "weight_pushes", "update_passes",
                 "trained_tokens", "tool_calls", "step_s", "run_wall_s", "startup_s"]

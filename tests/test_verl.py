@@ -942,15 +942,10 @@ def _train(run_, method: str, steps: int, out: Path) -> int:
     return train_verl(args, _cfg(run_.tmp, steps, method))
 
 
-@pytest.mark.slow
-def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
-    out = verl_run.tmp / "rtpo"
-    assert _train(verl_run, "rtpo", 1, out) == 0
-    assert (out / "checkpoint" / "global_step_1").is_dir()
-    assert _train(verl_run, "rtpo", 2, out) == 0  # resumes from global_step_1, trains step 2
-    log = (out / "verl.log").read_text()
-    assert "Resuming from" in log and "global_step_1" in log
-    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+def _check_rtpo_run(out: Path) -> None:
+    """RTPO's two uninterrupted steps on verl (the engine trainer): the reverse sweep, on-policy siblings,
+    the rollout and sync counts, a checksummed final/."""
+    recs = _records(out)
     assert [r["step"] for r in recs] == [0, 1] and all(r["engine"] == "verl" for r in recs)
     for r in recs:
         assert [t["k"] for t in r["turns"]] == [1, 0]  # the reverse sweep: K-1 first
@@ -969,55 +964,10 @@ def test_rtpo_two_steps_on_verl_with_checkpoint_and_resume(verl_run):
     assert verify_manifest(out / "final", required=True)  # checksummed, as the local engine's final/
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["rtpo", "grpo"])
-def test_verl_run_stopped_at_its_deadline_resumes_where_it_stopped(verl_run, method, monkeypatch):
-    """A job whose slot ends (RTPO_JOB_DEADLINE, as squeue would tell it) saves at the next step
-    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes from
-    that checkpoint: the step before the stop is kept as written, the retry trains only the rest, and
-    the run has the uninterrupted run's steps, weight versions and syncs. rtpo runs on the engine trainer
-    (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync). Equal metrics and weights are
-    not asserted: two uninterrupted runs of this CPU harness already differ (the HF server's samples
-    are not reproducible run to run under load; the local engine's stop and resume is exact,
-    tests/test_faults.py)."""
-    from rtpo.signals import Stopped
-    from rtpo.verl_ext.launch import train_verl
-
-    def run(out: Path) -> int:
-        cfg = _cfg(verl_run.tmp, 2, method)
-        cfg["train"]["checkpoint_every"] = 10  # no periodic save before the last step
-        args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(verl_run.model),
-                                     train_file=str(verl_run.train))
-        return train_verl(args, cfg)
-
-    ref, out = verl_run.tmp / f"{method}-whole", verl_run.tmp / f"{method}-stopped"
-    assert run(ref) == 0
-    monkeypatch.setenv("RTPO_JOB_DEADLINE", str(time.time() + 60))  # passed once step 1 ends (margin 300 s)
-    with pytest.raises(Stopped, match=r"stopped after step 1 of 2 \(the job's slot ends in") as e:
-        run(out)
-    assert e.value.exit_code == 143
-    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_1"]
-    assert (out / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
-    assert not (out / "final").exists() and not (out / "summary.json").exists()
-    first = (out / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in first] == [0]
-    monkeypatch.delenv("RTPO_JOB_DEADLINE")
-    assert run(out) == 0  # the retry
-    log = (out / "verl.log").read_text()
-    assert "Resuming from" in log and "global_step_1, setting global step to 1" in log
-    got, want = _records(out), _records(ref)
-    assert (out / "metrics.jsonl").read_text().splitlines()[0] == first[0]  # step 0 as written before the stop
-    keys = ("step", "weight_version", "train_version", "syncs", "rollouts_per_prompt")
-    assert [{k: r.get(k) for k in keys} for r in got] == [{k: r.get(k) for k in keys} for r in want]
-    assert json.loads((out / "summary.json").read_text())["steps"] == 2 and (out / "final" / "config.json").exists()
-    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_2"]
-
-
-@pytest.mark.slow
-def test_grpo_two_steps_on_verl(verl_run):
-    out = verl_run.tmp / "grpo"
-    assert _train(verl_run, "grpo", 2, out) == 0
-    recs = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+def _check_grpo_run(out: Path) -> None:
+    """GRPO's two uninterrupted steps on verl's chain trainer: chains, psi = full's ratio 1, the
+    checkpoint, and verl's tracker carrying the names every method and the local engine use."""
+    recs = _records(out)
     assert [r["step"] for r in recs] == [0, 1]
     for r in recs:
         assert r["trunks"]["n"] == 4 and r["trunks"]["turns_mean"] == 2.0  # 2 prompts x 2 chains, K = 2
@@ -1038,6 +988,52 @@ def test_grpo_two_steps_on_verl(verl_run):
         ev = acc.Scalars(f"rtpo/{name}")
         assert [e.step for e in ev] == [1, 2]  # verl's global steps
         assert [e.value for e in ev] == pytest.approx([r[name] for r in recs], rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["rtpo", "grpo"])
+def test_verl_run_stopped_at_its_deadline_resumes_where_it_stopped(verl_run, method, monkeypatch):
+    """A job whose slot ends (RTPO_JOB_DEADLINE, as squeue would tell it) saves at the next step
+    boundary although checkpoint_every is 10, exits 143, and its retry (the same command) resumes from
+    that checkpoint: the step before the stop is kept as written, the retry trains only the rest, and
+    the run has the uninterrupted run's steps, weight versions and syncs. rtpo runs on the engine trainer
+    (rtpo_engine_sync), grpo on verl's chain trainer (rtpo_chain_sync). Equal metrics and weights are
+    not asserted: two uninterrupted runs of this CPU harness already differ (the HF server's samples
+    are not reproducible run to run under load; the local engine's stop and resume is exact,
+    tests/test_faults.py). The uninterrupted run is also each trainer's two-step check (_check_rtpo_run,
+    _check_grpo_run); extending a finished run by more steps is tests/test_verl.py's SeeUPO test."""
+    from rtpo.signals import Stopped
+    from rtpo.verl_ext.launch import train_verl
+
+    def run(out: Path) -> int:
+        cfg = _cfg(verl_run.tmp, 2, method)
+        cfg["train"]["checkpoint_every"] = 10  # no periodic save before the last step
+        args = types.SimpleNamespace(method=method, task="toy", seed=0, out=str(out), model=str(verl_run.model),
+                                     train_file=str(verl_run.train))
+        return train_verl(args, cfg)
+
+    ref, out = verl_run.tmp / f"{method}-whole", verl_run.tmp / f"{method}-stopped"
+    assert run(ref) == 0
+    {"rtpo": _check_rtpo_run, "grpo": _check_grpo_run}[method](ref)  # the uninterrupted run's content
+    monkeypatch.setenv("RTPO_JOB_DEADLINE", str(time.time() + 60))  # passed once step 1 ends (margin 300 s)
+    with pytest.raises(Stopped, match=r"stopped after step 1 of 2 \(the job's slot ends in") as e:
+        run(out)
+    assert e.value.exit_code == 143
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_1"]
+    assert (out / "checkpoint" / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert not (out / "final").exists() and not (out / "summary.json").exists()
+    first = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in first] == [0]
+    monkeypatch.delenv("RTPO_JOB_DEADLINE")
+    assert run(out) == 0  # the retry
+    log = (out / "verl.log").read_text()
+    assert "Resuming from" in log and "global_step_1, setting global step to 1" in log
+    got, want = _records(out), _records(ref)
+    assert (out / "metrics.jsonl").read_text().splitlines()[0] == first[0]  # step 0 as written before the stop
+    keys = ("step", "weight_version", "train_version", "syncs", "rollouts_per_prompt")
+    assert [{k: r.get(k) for k in keys} for r in got] == [{k: r.get(k) for k in keys} for r in want]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 2 and (out / "final" / "config.json").exists()
+    assert sorted(p.name for p in (out / "checkpoint").glob("global_step_*")) == ["global_step_2"]
 
 
 def _records(out: Path) -> list[dict]:
