@@ -8,7 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_venv.sh
 export PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
-export WANDB_MODE="${WANDB_MODE:-disabled}"   # yours if set (config logging.backends: wandb), else off
 start=$(date +%s)
 # Snakemake runs in the background so that this script outlives it and can print the summary, and a
 # SIGTERM / SIGHUP sent to this script reaches it (as `exec` did before). A background job of a script
