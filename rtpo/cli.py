@@ -202,9 +202,9 @@ REPORT_TOOLS = {
     "claims-map": "docs/claims.md's map of the paper's claims to the tables",
 }
 
-EPILOG = """workflow:
-  snakemake --cores 2 --configfile config/smoke.yaml   the whole pipeline in minutes (the rules call the verbs above)
-  bash scripts/pipeline.sh                             the CPU default (about 72 min on 2 cores)
+EPILOG = """workflow (measured times: README.md's table; the rules call the verbs above):
+  bash scripts/pipeline.sh --configfile config/smoke.yaml   the whole DAG shrunk: every rule once
+  bash scripts/pipeline.sh                                  the CPU default (config/config.yaml)
 
 more tools (each with -h):
 """ + "\n".join(f"  rtpo retrieval {k:<8} {v[1]}" for k, v in RETRIEVAL_TOOLS.items()) + "\n" + \
@@ -305,14 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("report", cmd_report, "tables, figures and the claim ledger from results/ (also: rtpo report "
              "compare|reference|summary|claims-map -h)")
     sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"], help="what to write")
-    sp.add_argument("--results", default="results", help="the results directory (runs/, evals/, ...)")
+    sp.add_argument("--results", default="results", help="the results directory (runs/, eval/, ...)")
     sp.add_argument("--tables", default="results/tables", help="tables directory")
     sp.add_argument("--figures", default="figures", help="figures directory")
     sp.add_argument("--only", nargs="+", default=None, metavar="TABLE",
                     help="with `tables`: just these tables (e.g. table01_main; the named Snakemake targets)")
 
     sp = add("tensorboard", cmd_tensorboard, "write TensorBoard events for finished runs' metrics.jsonl, under "
-             "the tags live runs use (rtpo/...); then: tensorboard --logdir DIR", config=False)
+             "the tags live runs use (reward/..., consistency/...); then: tensorboard --logdir DIR", config=False)
     sp.add_argument("paths", nargs="+", metavar="PATH",
                     help="a metrics.jsonl, or a directory searched for them (e.g. results/runs)")
     sp.add_argument("--out", default=None,

@@ -358,8 +358,8 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
 
 def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
     """Environment of the main_ppo process (Ray workers inherit it on a local cluster). `logger`: verl's
-    trainer.logger list; a user who names wandb decides WANDB_MODE (online, offline), otherwise wandb is
-    kept off."""
+    trainer.logger list; a user who names wandb decides WANDB_MODE (online; offline by default, set in the
+    trainer's process: rtpo.tracking.tracker_environ), otherwise wandb is kept off."""
     env = dict(os.environ if base is None else base)
     root = str(HERE.parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
