@@ -224,11 +224,14 @@ class EventsWriter:
     def write(self, data: dict[str, float], step: int, flush: bool = True) -> int:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        if data:
-            summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in data.items()])
-            self._writer.write(self._Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
-        if flush:
-            self.flush()
+        from rtpo.atomic import disk_full
+
+        with disk_full(self.path):  # a full disk: DiskFull naming the events file
+            if data:
+                summary = Summary(value=[Summary.Value(tag=t, simple_value=v) for t, v in data.items()])
+                self._writer.write(self._Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+            if flush:
+                self.flush()
         return len(data)
 
     def text(self, tag: str, markdown: str, step: int = 0) -> None:
@@ -291,7 +294,11 @@ class RunTracker:
         data, step = scalars(rec), int(rec.get("step", 0))
         if self._tb is None and self._tb_wanted:
             kept = _records(self.run_dir / "metrics.jsonl") if self._start else []
-            self._tb = EventsWriter(self.run_dir, [r for r in kept if int(r.get("step", -1)) < self._start], self.run)
+            from rtpo.atomic import disk_full
+
+            with disk_full(self.run_dir / EVENTS_FILE):
+                self._tb = EventsWriter(self.run_dir, [r for r in kept if int(r.get("step", -1)) < self._start],
+                                        self.run)
         if self._tb is not None:
             self._tb.write(data, step)
         if self._wandb is not None:
