@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rtpo.inputs import RowError, read_jsonl
+from rtpo.inputs import RowError, read_json, read_jsonl
 
 DEFAULT_BACKENDS = ("console", "tensorboard")
 # verl's Tracking.supported_backend (verl/utils/tracking.py, 0.9.1): what `logging.backends` may name
@@ -352,14 +352,16 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 def convert(metrics: str | Path, logdir: str | Path | None = None) -> tuple[Path, int]:
     """Write TensorBoard events for an existing metrics.jsonl (into `logdir`, default its own
-    directory; its EVENTS_FILE replaced). Returns (logdir, scalars written). A line that is not a JSON
-    object is an error naming the file and line."""
+    directory; its EVENTS_FILE replaced), with run.json beside it as the text summary `run`. Returns
+    (logdir, scalars written). A line that is not a JSON object is an error naming the file and line."""
     metrics = Path(metrics)
     logdir = Path(logdir) if logdir is not None else metrics.parent
     if not metrics.is_file():
         raise FileNotFoundError(f"{metrics}: no such file")
     recs = _records(metrics)
-    w = EventsWriter(logdir, recs)
+    run = metrics.parent / "run.json"  # the run's record, as the live run writes it (its text summary)
+    doc = read_json(run) if run.is_file() else None
+    w = EventsWriter(logdir, recs, doc if isinstance(doc, dict) else None)
     w.close()
     return logdir, sum(len(scalars(r)) for r in recs)
 

@@ -101,8 +101,11 @@ def test_rtpo_tensorboard_converts_a_finished_run(inputs, tmp_path, capsys):
              "tokens": {"chain": 10 + s}, "turns": [{"k": 1, "ratio_mean": 0.9}], "loss": None}
             for s in range(3)]
     (runs / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (runs / "run.json").write_text(json.dumps({"key": {"scope": "main", "variant": "", "task": "airline",
+                                                       "method": "grpo", "seed": 0}, "settings": {"psi": "full"}}))
     assert main(["tensorboard", str(tmp_path / "runs"), "--out", str(tmp_path / "tb")]) == 0
     acc = _events(tmp_path / "tb" / "airline" / "grpo" / "seed0")
+    assert '|settings.psi|"full"|' in acc.Tensors("run")[0].tensor_proto.string_val[0].decode()
     assert set(acc.Tags()["scalars"]) == {"reward/reward_mean", "consistency/ratio_mean",
                                           "consistency/kl_rollout_train", "tokens/chain", "grpo/turn1/ratio_mean"}
     assert [e.value for e in acc.Scalars("reward/reward_mean")] == [0.0, 0.25, 0.5]
