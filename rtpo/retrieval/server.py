@@ -23,7 +23,7 @@ provider refused), 500 for a backend bug. A Content-Length that is not a number 
 app: uvicorn's HTTP parser (h11) answers it 400 itself.
 
 Under load, uvicorn's event loop holds every connection (asyncio: a connection costs a socket, not a
-thread) and searches run on its thread pool, so clients that connect and send nothing, send half a
+thread) and answers one search after another (`build_app`), so clients that connect and send nothing, send half a
 request, trickle a byte at a time, never read a large answer or go away mid-answer do not keep real
 searches out (tests/test_retrieval_hold.py; latencies in scripts/bench_retrieval_hold.py). A kept-alive
 connection idle for --timeout-keep-alive seconds is closed (our client reconnects); a request still
@@ -79,7 +79,14 @@ def _json(code: int, obj: Any, close: bool = False):
 def build_app(backend, default_topk: int = 3, stats: dict[str, Any] | None = None):
     """The FastAPI app answering /retrieve and /health over `backend` (``search(query, k) -> [passage]``).
     `stats` (optional) is updated in place: "served" (queries answered), "last" (monotonic time of the
-    last request)."""
+    last request).
+
+    A BM25 search holds the GIL throughout (numpy indexing over the postings), so it runs on the event
+    loop itself: a thread would add a hand-off per search and nothing in parallel (1,000 clients at once:
+    p50 0.14-0.32 s on the loop, 1.9-3.7 s through the thread pool, scripts/bench_retrieval_hold.py). A
+    backend that waits on the network or releases the GIL (web search, faiss + torch) says
+    `search_in_thread = True` and is searched on uvicorn's thread pool."""
+    threaded = bool(getattr(backend, "search_in_thread", False))
     stats = stats if stats is not None else {}
     stats.setdefault("served", 0)
     stats.setdefault("last", time.monotonic())
@@ -115,7 +122,10 @@ def build_app(backend, default_topk: int = 3, stats: dict[str, Any] | None = Non
         except ValueError as e:  # _validate's, and json's own limits (e.g. an integer of 5000 digits)
             return _json(400, {"error": str(e)})
         try:
-            results = await run_in_threadpool(lambda: [backend.search(q, topk) for q in queries])
+            if threaded:  # waits on the network or releases the GIL: other requests go on meanwhile
+                results = await run_in_threadpool(lambda: [backend.search(q, topk) for q in queries])
+            else:
+                results = [backend.search(q, topk) for q in queries]
         except RetrievalError as e:
             return _json(502, {"error": str(e)})
         except Exception as e:  # a backend bug: answer it (the client retries a 5xx)
