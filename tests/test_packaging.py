@@ -53,7 +53,7 @@ def test_readme_gives_the_two_commands_and_ci_calls_the_test_command():
 
 
 def test_server_and_tracker_packages_are_base_dependencies_pinned_alike_in_both_stacks():
-    """fastapi + uvicorn (the retrieval server) and tensorboard (the tracker) are imported by the package
+    """fastapi + uvicorn with httptools and uvloop (the retrieval server) and tensorboard (the tracker) are imported by the package
     itself: base dependencies, pinned to the same versions in the CPU stack, the vLLM-CPU stack and the
     GPU environment (verl[verl-core] and vLLM leave them unpinned)."""
     from packaging.requirements import Requirement
@@ -64,7 +64,7 @@ def test_server_and_tracker_packages_are_base_dependencies_pinned_alike_in_both_
     stacks = {"environment.yml": _pins(next(d["pip"] for d in env["dependencies"] if isinstance(d, dict)))}
     for f in ("constraints/cpu.txt", "constraints/vllm-cpu.txt"):
         stacks[f] = _pins([l for l in (ROOT / f).read_text().splitlines() if l and not l.startswith("#")])
-    for name in ("fastapi", "uvicorn", "tensorboard"):
+    for name in ("fastapi", "uvicorn", "httptools", "uvloop", "tensorboard"):
         assert name in base, f"{name} is not in pyproject's base dependencies"
         versions = {f: pins.get(name) for f, pins in stacks.items()}
         assert len(set(versions.values())) == 1 and None not in versions.values(), (name, versions)

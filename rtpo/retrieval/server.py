@@ -20,7 +20,7 @@ deeper than MAX_DEPTH, 'queries' not a list of at most MAX_QUERIES strings, 'top
 a Content-Length of 0 or none; 413 for a body over MAX_BODY (1 MiB), answered before the body is read
 and the connection then closed; 404 for another path; 502 when the backend failed (e.g. the web
 provider refused), 500 for a backend bug. A Content-Length that is not a number never reaches the
-app: uvicorn's HTTP parser (h11) answers it 400 itself.
+app: uvicorn's HTTP parser answers it 400 itself.
 
 Under load, uvicorn's event loop holds every connection (asyncio: a connection costs a socket, not a
 thread) and answers one search after another (`build_app`), so clients that connect and send nothing, send half a
@@ -28,9 +28,10 @@ request, trickle a byte at a time, never read a large answer or go away mid-answ
 searches out (tests/test_retrieval_hold.py; latencies in scripts/bench_retrieval_hold.py). A kept-alive
 connection idle for --timeout-keep-alive seconds is closed (our client reconnects); a request still
 arriving has no deadline (it holds a socket only). The process raises its open-file limit to the hard
-limit at start, so held connections run into that, not the soft 1,024. The HTTP parser is fixed to
-h11 and the loop to asyncio, so the GPU environment (where vLLM installs uvicorn[standard] with
-httptools) serves the same way as the CPU one.
+limit at start, so held connections run into that, not the soft 1,024. The HTTP parser is httptools and
+the loop uvloop, named (not uvicorn's "auto"), both base dependencies, so every install serves the same
+way: a search costs the server about the CPU the stdlib server's did (h11 and asyncio, the pure-Python
+pair, cost 1.6 times that: scripts/bench_retrieval_hold.py's burst).
 
 --workers W forks W - 1 more processes after the index is loaded; each runs uvicorn on the same
 listening socket. A query holds the GIL for most of its time (numpy fancy indexing over the
@@ -243,7 +244,7 @@ class RetrievalServer:
         self._sock.bind((host, int(port)))
         self._sock.listen(int(backlog))
         self._sock.set_inheritable(True)
-        self.config = uvicorn.Config(build_app(backend, default_topk, self.stats), http="h11", loop="asyncio",
+        self.config = uvicorn.Config(build_app(backend, default_topk, self.stats), http="httptools", loop="uvloop",
                                      lifespan="off", log_level="warning", access_log=False, backlog=int(backlog),
                                      timeout_keep_alive=timeout_keep_alive, timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(self.config)
