@@ -58,6 +58,7 @@ def _rtpo_in_small_disk(kib: int, fill_kib: int, disk: Path, argv: list[str]) ->
     return r
 
 
+@pytest.mark.slow  # a real `rtpo` process (torch's import and a tiny run): 10-40 s
 def test_full_disk_while_training_names_the_file_and_what_to_do(inputs, tmp_path):
     """600 KiB: run.json, metrics.jsonl and the events file fit, the first checkpoint (~1.3 MB) does not."""
     disk = tmp_path / "disk"
@@ -72,6 +73,7 @@ def test_full_disk_while_training_names_the_file_and_what_to_do(inputs, tmp_path
     assert not any("checkpoint" in f for f in left), left  # no half-written checkpoint kept
 
 
+@pytest.mark.slow  # a real `rtpo` process (torch's import and a tiny run): 10-40 s
 def test_full_disk_while_evaluating_names_the_file_and_what_to_do(inputs, tmp_path):
     disk = tmp_path / "disk"
     argv = ["evaluate", "--method", "grpo", "--task", "airline", "--config", str(ROOT / "config" / "smoke.yaml"),

@@ -108,6 +108,7 @@ def test_local_dry_run_is_the_same_with_and_without_the_workflow_profile(tmp_pat
     assert not slurm_calls(work)
 
 
+@pytest.mark.slow
 def test_local_runs_through_pipeline_sh_print_no_cluster_resources(tmp_path):
     """`bash scripts/pipeline.sh` (the README's local command) leaves the workflow profile out: its job headers
     show no cluster sizes (at f1aae5b base_model printed `mem_mb=64000, mem=64 GB, runtime=180`), the DAG is
