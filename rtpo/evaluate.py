@@ -272,7 +272,7 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if trajectories is not None:
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
-        Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
+        atomic_write_text(trajectories, "".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
     atomic_write_text(out, dumps(result, indent=1, sort_keys=True))  # renamed into place: never half a file
     return result
 

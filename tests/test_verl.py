@@ -983,9 +983,10 @@ def _check_grpo_run(out: Path) -> None:
     acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"rtpo/ratio_mean", "rtpo/kl_rollout_train", "rtpo/reward_mean", "actor/pg_loss"} <= tags, sorted(tags)
+    assert {"consistency/ratio_mean", "consistency/kl_rollout_train", "reward/reward_mean", "actor/pg_loss"} <= tags, \
+        sorted(tags)
     for name in ("ratio_mean", "kl_rollout_train"):
-        ev = acc.Scalars(f"rtpo/{name}")
+        ev = acc.Scalars(f"consistency/{name}")
         assert [e.step for e in ev] == [1, 2]  # verl's global steps
         assert [e.value for e in ev] == pytest.approx([r[name] for r in recs], rel=1e-5, abs=1e-7)
 

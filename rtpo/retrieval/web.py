@@ -72,6 +72,8 @@ def parse_serpapi(data: Any, k: int) -> list[dict[str, Any]]:
 class SerpApiBackend:
     """search(query, k) -> passages from SerpAPI's Google engine (see the module docstring)."""
 
+    search_in_thread = True  # it waits on the network: the retrieval server searches on its thread pool
+
     def __init__(self, api_key: str, endpoint: str = SERPAPI_ENDPOINT, engine: str = "google",
                  timeout: float = 20.0, retries: int = 2, backoff: float = 1.0,
                  params: dict[str, str] | None = None):

@@ -48,6 +48,7 @@ from typing import Any
 from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 from rtpo.tracking import backends as tracking_backends
+from rtpo.tracking import tracker_overrides
 
 STOPPED_FILE = "stopped_for_retry.json"  # rtpo.verl_ext.trainer.STOPPED_FILE (that module imports verl)
 
@@ -194,9 +195,11 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | No
 
 def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
                    train_files: str | Path, val_files: str | Path, cpu: bool,
-                   external_ray: bool | None = None) -> list[str]:
+                   external_ray: bool | None = None, run: dict[str, Any] | None = None) -> list[str]:
     """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
-    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`)."""
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`).
+    run: the run's run.json record, which names the run and is its trackers' config (rtpo.tracking;
+    default: the main run of this method, task and seed)."""
     from rtpo.config import method_settings
 
     s = method_settings(cfg, method, task)
@@ -254,7 +257,8 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"trainer.default_local_dir={out / 'checkpoint'}",
         # logging.backends (rtpo.tracking): TensorBoard events land in the run directory (the trainer sets TENSORBOARD_DIR)
         f"trainer.logger={hydra_value(tracking_backends(cfg), 'logging.backends')}",
-        "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
+        *tracker_overrides(run or {"key": {"scope": "main", "variant": "", "task": task, "method": method,
+                                           "seed": seed}}),
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={mode}",
         f"+rtpo.method={method}", f"+rtpo.task={task}", f"+rtpo.seed={seed}", f"+rtpo.psi={psi}",
         f"+rtpo.max_new_tokens={int(env['max_new_tokens'])}", f"+rtpo.metrics_path={out / 'metrics.jsonl'}",
@@ -357,8 +361,8 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
 
 def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
     """Environment of the main_ppo process (Ray workers inherit it on a local cluster). `logger`: verl's
-    trainer.logger list; a user who names wandb decides WANDB_MODE (online, offline), otherwise wandb is
-    kept off."""
+    trainer.logger list; a user who names wandb decides WANDB_MODE (online; offline by default, set in the
+    trainer's process: rtpo.tracking.tracker_environ), otherwise wandb is kept off."""
     env = dict(os.environ if base is None else base)
     root = str(HERE.parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -623,8 +627,10 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
+    from rtpo.run_record import read_record
+
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
-                        external_ray=in_slurm or None)
+                        external_ray=in_slurm or None, run=read_record(out))
     cmd = command(ov)
     env = verl_env(cpu, logger=tracking_backends(cfg))
     if in_slurm:

@@ -41,7 +41,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from rtpo.engine.base import SamplingParams, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
-from rtpo.tracking import scalars
+from rtpo.tracking import scalars, tracker_environ
 from rtpo.loss import kl_rollout_train
 from rtpo.methods.cards import card, needs_keep_weights
 from rtpo.rollout import Roller
@@ -98,6 +98,8 @@ class RTPOTrainerMixin:
         if path:  # verl's TensorBoard logger (trainer.logger) writes beside metrics.jsonl; set here, in the
             # trainer's own process: a Ray worker has the cluster's environment, not main_ppo's
             os.environ["TENSORBOARD_DIR"] = str(Path(path).parent)
+            # wandb's group, tags, directory (the run's) and offline default, which verl's Tracking cannot pass
+            os.environ.update(tracker_environ(self.rtpo.get("run"), Path(path).parent, list(config.trainer.logger)))
         self._measure: list[tuple[float, float, int]] = []
         # stopping for the retry (rtpo.signals): the launcher's stop file and the job's deadline
         self._deadline = self.rtpo.get("deadline")
@@ -277,7 +279,7 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec = log.record(fake, n_prompts)
         rec["syncs"] = 1
         self._write(rec)
-        # the same rtpo/* scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
+        # the same scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
         metrics.update(scalars(rec))
         return batch
 
@@ -419,9 +421,9 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec["train_version"] = self.engine.train_version
         self._weight_version = self.engine.weight_version
         metrics.update(self.engine.metrics)
-        # rtpo/ratio_mean, rtpo/kl_rollout_train, rtpo/turn<k>/... (per-turn updates: RTPO's stages, SeeUPO's
-        # turns), ...: the names every method and the local engine log (rtpo.tracking)
-        metrics.update(scalars(rec))
+        # consistency/ratio_mean, consistency/kl_rollout_train, <method>/turn<k>/... (per-turn updates: RTPO's
+        # stages, SeeUPO's turns), ...: the names every method and the local engine log (rtpo.tracking)
+        metrics.update(scalars(rec, self.method_name))
         self._write(rec)
         meta = self.engine.drain()
         if not meta.keys:
