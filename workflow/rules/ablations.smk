@@ -55,8 +55,9 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
                 )
             ),
             config=config_path,
+            deadline=rule_deadline,
         shell:
-            TRAIN_SHELL
+            RULE_DEADLINE_SHELL
 
 
 for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):

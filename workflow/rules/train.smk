@@ -9,7 +9,23 @@ otherwise; with `seed_counts`, each such rule's {task} constrained to the cells 
 rtpo.dag.Dag.main_seed_jobs), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
 per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --stamp`, the checkpoint guard. `threads` is
 model.threads (1 on the CPU default: two jobs side by side).
+
+RULE_DEADLINE exports the job's end from the rule's `runtime` (RTPO_RULE_DEADLINE = the shell's start +
+runtime): the deadline a Slurm job falls back on when squeue cannot tell it (rtpo.signals); a derived
+param (it takes `resources`), so a changed runtime reruns nothing.
 """
+
+
+def rule_deadline(wildcards, resources):
+    """`export RTPO_RULE_DEADLINE=...; ` for a job with a `runtime` (minutes), else nothing."""
+    runtime = getattr(resources, "runtime", None)
+    if not isinstance(runtime, (int, float)) or runtime <= 0:
+        return ""
+    return f"export RTPO_RULE_DEADLINE=$(( $(date +%s) + {int(runtime) * 60} )); "
+
+
+RULE_DEADLINE_SHELL = "{params.deadline}" + TRAIN_SHELL
+
 
 for _method in TRAINABLE:
     _settings, _stamp = main_train_params(_method)
@@ -47,5 +63,6 @@ for _method in TRAINABLE:
                 settings=_settings,
                 stamp=_stamp,
                 config=config_path,
+                deadline=rule_deadline,
             shell:
-                TRAIN_SHELL
+                RULE_DEADLINE_SHELL
