@@ -289,7 +289,7 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     store.attempt(startup_s=round(startup_s, 3), rollout_s=round(rollout_s, 3), trajectories=len(new),
                   generated_tokens=gen, shards=len(fresh), shards_done=len(payloads), of=store.count,
                   engine=name, servers=None if servers is None else {"tp": servers.tp, "replicas": servers.replicas})
-    if len(payloads) < store.count:  # RTPO_EVAL_MAX_SHARDS (the pilot): the same command resumes
+    if limit is not None:  # RTPO_EVAL_MAX_SHARDS (the pilot): its shards stay for the evaluation job, which resumes
         from rtpo.signals import Stopped
 
         raise Stopped(f"evaluation stopped after {len(fresh)} new shard(s) ({MAX_SHARDS_ENV}={limit}): "

@@ -18,6 +18,12 @@ RTPO_EVAL_SHARD; `rtpo check-config` sizes it from the pilot); a derived param, 
 """
 
 
+def pilot_eval_input(wildcards):
+    """vanilla's seed-0 evaluation of a piloted task resumes from the pilot's shard (rules/pilot.smk)."""
+    piloted = wildcards.method == "vanilla" and getattr(wildcards, "seed", None) == "0"
+    return [pilots.eval_file(wildcards.task)] if piloted and wildcards.task in PILOT_EVAL_TASKS else []
+
+
 def eval_shard(wildcards, resources):
     """`export RTPO_EVAL_SHARD=N; ` from the job's `eval_shard` resource, else nothing."""
     n = getattr(resources, "eval_shard", None)
@@ -32,6 +38,7 @@ for _job in PIPELINE.main_seed_jobs("evaluate_run"):
         input:
             model=_job.paths("results/runs/{task}/{method}/seed{seed}/final"),
             eval="results/data/{task}/eval.jsonl",
+            pilot=pilot_eval_input,
         output:
             result=_job.paths("results/eval/{task}/{method}/seed{seed}.json"),
         log:

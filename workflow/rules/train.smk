@@ -16,6 +16,9 @@ param (it takes `resources`), so a changed runtime reruns nothing.
 """
 
 
+from rtpo.verl_ext import pilot as pilots
+
+
 def rule_deadline(wildcards, resources):
     """`export RTPO_RULE_DEADLINE=...; ` for a job with a `runtime` (minutes), else nothing."""
     runtime = getattr(resources, "runtime", None)
@@ -25,6 +28,29 @@ def rule_deadline(wildcards, resources):
 
 
 RULE_DEADLINE_SHELL = "{params.deadline}" + TRAIN_SHELL
+
+
+# The pilot (rules/pilot.smk, rtpo.verl_ext.pilot): the seed-0 run of a piloted cell resumes from the pilot's
+# checkpoint, and vanilla's seed-0 evaluation of a piloted task from its first shard; both wait for the pilot.
+try:
+    PILOT_CELLS = set(pilots.pilot_cells(config))
+    PILOT_EVAL_TASKS = set(pilots.pilot_eval_tasks(config))
+except ConfigError as e:
+    raise WorkflowError(f"invalid config: {e} (config files: {_config_sources()})") from None
+
+
+def pilot_input(method):
+    """The input function of train_<method>'s pilot: its seed-0 job of a piloted cell waits for it."""
+
+    def piloted(wildcards):
+        seed = getattr(wildcards, "seed", None)
+        return (
+            [pilots.train_file(wildcards.task, method)]
+            if (method, wildcards.task) in PILOT_CELLS and seed == "0"
+            else []
+        )
+
+    return piloted
 
 
 for _method in TRAINABLE:
@@ -38,6 +64,7 @@ for _method in TRAINABLE:
             input:
                 train="results/data/{task}/train.jsonl",
                 model="results/models/base",
+                pilot=pilot_input(_method),
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
