@@ -340,7 +340,8 @@ def test_disk_and_step_time_columns_with_their_arithmetic():
     tokens = 32 * 8 * 3 * 4096
     assert g["tok/step M"] == round(tokens / 1e6, 2)
     assert g["step min"] == round(tokens / (1000 * 8) / 60, 1)
-    assert g["run h"] == round((15 + 20 * tokens / (1000 * 8) / 60) / 60, 1)
+    assert cells["grpo/math"].time.steps == 78  # E.3's math steps (method.grpo.per_task), not train.steps
+    assert g["run h"] == round((15 + 78 * tokens / (1000 * 8) / 60) / 60, 1)
     # grpo/search: K = 6 turns would be 24576 tokens, cut at the row's response budget 16384 (verl.max_context)
     assert cells["grpo/search"].values["tok/step M"] == round(32 * 8 * 16384 / 1e6, 2)
     # rtpo/math: 3 trunks x (K + (G - 1) K (K + 1) / 2 + K (K - 1) / 2) turns = 3 x (3 + 3 x 6 + 3) = 72 turns
@@ -372,7 +373,7 @@ def test_checkpoint_disk_follows_the_overrides():
     cfg = paper("train.steps=25", "train.checkpoint_every=10")
     cfg["verl"]["overrides"] = ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
                                 "trainer.max_actor_ckpt_to_keep=null"]
-    c = _cells(st.check_config(cfg))["grpo/math"]
+    c = _cells(st.check_config(cfg))["grpo/airline"]  # airline's steps are train.steps (math's and search's: E.3's)
     assert c.disk.checkpoint == 16 * N8B and c.disk.saves == 3 and c.disk.keep == 3  # steps 10, 20 and 25
     assert c.disk.run == 3 * 16 * N8B + 2 * N8B
     d = st.Disk(checkpoint=100.0, keep=1, final=10.0, saves=5)
@@ -392,13 +393,13 @@ def test_a_run_past_its_jobs_fails_and_the_caps_only_warn(capsys):
     # planted: GRPO with 50,000 steps; grpo/search at E.3's knowledge step (19.2 min) x its tokens at the
     # caps over RTPO's (16.78M / 33.03M) = 9.8 min: 144 steps per 1440-min job, 348 jobs > 1 + 3 retries
     planted = copy.deepcopy(fast)
-    planted["method"]["grpo"]["steps"] = 50000
+    planted["method"]["grpo"]["per_task"] = {"math": {"steps": 78}, "search": {"steps": 50000}}
     rep = st.check_config(planted, res)
     assert not rep.ok and rep.warnings == []
     msgs = {str(f) for f in rep.all_findings() if f.cell == "train_grpo"}
     m = next(x for x in msgs if "grpo/search:" in x)
     assert m.startswith("train_grpo: workflow/profiles/default/profile.yaml: set-resources.train_grpo.runtime: grpo/search: "
-                        "50000 steps at 144 per job (step 9.8 min (E.3 search (rtpo, K 6, 2 trunks) 19.2 min/step x 0.51")
+                        "50000 steps at 144 per job (step 9.8 min (E.3 anchor: E.3 search (rtpo, K 6, 2 trunks) 19.2 min/step x 0.51")
     assert "need 348 jobs > 1 + retries (3); raise the profile's `retries` to 347" in m and m.endswith("[progress]")
     # the CLI on paper.yaml: every job makes progress at the E.3 step; the caps' upper bound warns
     from rtpo.cli import main

@@ -335,7 +335,8 @@ def test_step_time_is_anchored_to_the_papers_e3_hours():
     # (the paper's G.4 measures 1 / 1.413 = 0.71)
     assert cells["grpo/math"].time.anchor_step_s / cells["rtpo/math"].time.anchor_step_s == pytest.approx(2 / 3)
     g4 = cells["group_size/G4: rtpo/airline"].time
-    assert g4.anchor_step_s / 60 == pytest.approx(87.8, abs=0.1) and g4.step_s / 60 == pytest.approx(953.3, abs=0.1)
+    # RTPO on airline: 2 trunks (E.3's rule for the longer horizon), K 8, G 4
+    assert g4.anchor_step_s / 60 == pytest.approx(43.9, abs=0.1) and g4.step_s / 60 == pytest.approx(476.6, abs=0.1)
     assert cells["rtpo/math"].time.checkpoint_s == pytest.approx(98.3 / 0.5, rel=1e-2)
     out = st.format_report(rep)
     assert "paper E.3 (p. 37): ~15 h math / ~5 h knowledge on 8 A100 80GB" in out
@@ -354,25 +355,26 @@ def test_a_cell_that_cannot_checkpoint_within_its_limit_fails():
     fs = [f for f in rep.all_findings() if f.rule == "progress" and f.cell == "train_rtpo"]
     msg = next(str(f) for f in fs if "rtpo/search cannot make progress" in str(f))
     assert "set-resources.train_rtpo.runtime" in msg and "> runtime 300 min" in msg
-    assert "min checkpoint write (98.3 GB at 0.5 GB/s)" in msg and "raise the rule's runtime" in msg
+    assert "min checkpoint write (stated: 98.3 GB at 0.5 GB/s)" in msg and "raise the rule's runtime" in msg
+    assert "step 384.0 min (E.3 anchor: E.3 search" in msg
     out = st.format_report(rep)
     assert out.startswith("check-config: FAIL: ") and "progress" in out.splitlines()[0]
-    # periodic saves: 10 steps of 65.8 min (rtpo/airline) do not fit 480 min
+    # periodic saves: 10 steps of 32.9 min (rtpo/airline) do not fit 300 min
     short = copy.deepcopy(res)
-    short["train_rtpo"]["runtime"] = 480
+    short["train_rtpo"]["runtime"] = 300
     msgs = [str(f) for f in st.check_config(paper(), short).all_findings() if f.rule == "progress"]
-    assert any("rtpo/airline: train.checkpoint_every 10 > the 6 steps" in m and "<= 6" in m for m in msgs), msgs
-    # the whole run: 50 steps of rtpo/airline at 21 per job need 3 jobs
+    assert any("rtpo/airline: train.checkpoint_every 10 > the 8 steps" in m and "<= 8" in m for m in msgs), msgs
+    # the whole run: 50 steps of rtpo/airline at 42 per job need 2 jobs
     few = copy.deepcopy(res)
-    few[st.PROFILE_SETTINGS]["retries"] = 1
+    few[st.PROFILE_SETTINGS]["retries"] = 0
     msgs = [str(f) for f in st.check_config(paper(), few).all_findings()]
-    assert any("rtpo/airline: 50 steps at 21 per job" in m and "need 3 jobs > 1 + retries (1)" in m for m in msgs)
+    assert any("rtpo/airline: 50 steps at 42 per job" in m and "need 2 jobs > 1 + retries (0)" in m for m in msgs)
 
 
 def test_cli_fails_a_cell_that_cannot_make_progress(capsys):
     from rtpo.cli import main
 
-    assert main(["check-config", "--config", str(PAPER), "--set", "train.prompts_per_step=4096"]) == 2
+    assert main(["check-config", "--config", str(PAPER), "--set", "train.prompts_per_step=8192"]) == 2
     r = capsys.readouterr()
     assert r.out.startswith("check-config: FAIL: ") and "cannot make progress" in r.out.splitlines()[0]
     assert "start-up check failed:" in r.err and "cannot make progress" in r.err

@@ -187,7 +187,7 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
         elif same:
             step = scaled(*same[0], "tokens at the caps")
         elif gpu and t.anchor_step_s:
-            step = Fig(t.anchor_step_s / 60, "E.3 anchor")
+            step = Fig(t.anchor_step_s / 60, f"E.3 anchor: {t.anchor}")
         elif other:
             step = scaled(*other[0], "tokens at the caps, another task")
         else:
@@ -202,7 +202,7 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
             write = Fig(max(saves) / 60, "pilot, longest of the cells")
         elif gpu and c.disk is not None:
             rate = float((cfg.get("verl") or {}).get("checkpoint_write_gb_s", CHECKPOINT_WRITE_GB_S))
-            write = Fig(c.disk.checkpoint / GB / rate / 60, f"stated {rate:g} GB/s")
+            write = Fig(c.disk.checkpoint / GB / rate / 60, f"stated: {c.disk.checkpoint / GB:.1f} GB at {rate:g} GB/s")
         else:
             write = Fig(0.0, "not measured")
         loads = [q["load_s"] for q in any_p if q.get("load_s")]
@@ -525,7 +525,7 @@ def dag_line(rep: Any) -> str:
         if cost is None:
             unsized.append(c.cell)
             continue
-        src = c.sizing["step"].source.split(" ")[0].rstrip(",")
+        src = next((k for k in ("pilot", "E.3 anchor") if c.sizing["step"].source.startswith(k)), "stated")
         sources[src] = sources.get(src, 0) + 1
         train_h += c.runs * cost["gpu_h"]
         jobs += c.runs * cost["jobs"]
