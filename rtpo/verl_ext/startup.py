@@ -245,6 +245,7 @@ class Report:
     eval_rows: list[dict[str, Any]] = field(default_factory=list)  # sizing of each evaluation rule and task
     eval_gpus: int = 1
     gpu: bool = True              # False: verl.device cpu (the CPU harness: only the sizing applies)
+    pins: str = ""                # what the config downloads from the hub unpinned (rtpo.data.pins)
 
     @property
     def ok(self) -> bool:
@@ -537,6 +538,9 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
         rep.note = f"engine: {engine}: no verl run, nothing to check"
         return rep
     rep.pilot, rep.pilot_note = read_pilot(cfg, pilot)
+    from rtpo.data.pins import describe, unpinned
+
+    rep.pins = describe(unpinned(cfg))  # hub downloads without a revision / sha256 (rtpo.data.pins)
     rep.gpu = str((cfg.get("verl") or {}).get("device", "cuda")) != "cpu"
     runs = training_runs(cfg)
     if not rep.gpu:
@@ -610,6 +614,7 @@ def format_report(rep: Report) -> str:
             lines.append("| " + " | ".join("-" if r.get(k) is None else str(r.get(k)) for k in cols) + " |")
     lines += disk_and_time_lines(rep)
     lines += sizing_lines(rep)
+    lines += [f"NOTE {rep.pins}"] if rep.pins else []
     lines += ["", f"{len(rep.cells)} training cells, {len(fs)} failed rules" + (":" if fs else ": every check passes")]
     lines += [f"  {f}" for f in fs]
     if rep.warnings:
