@@ -314,6 +314,45 @@ def test_two_node_rule_without_mpi_fails_naming_the_key():
     assert "train_rtpo" in rules and "train_grpo" in rules
 
 
+TRAIN_RULES = ("train_rtpo", "train_grpo", "train_tree_grpo", "train_arpo", "train_seeupo", "ablation_train")
+
+
+def test_a_per_node_gpu_request_is_read_and_a_job_total_over_nodes_refused():
+    """Two nodes of 8 GPUs: `gres: gpu:a100:8` (sbatch --gres counts per node) and slurm_extra
+    --gpus-per-node=8 are 16 GPUs and pass; `gpu: 16`, the job's total, is refused over two nodes (Slurm may
+    split it unevenly) naming the fix; a per-node count other than verl.n_gpus_per_node is refused."""
+    import copy
+
+    res = st.load_profile(*PROFILES)
+    cfg = paper("verl.nnodes=2")
+
+    def two(**kw):
+        r = copy.deepcopy(res)
+        for rule in TRAIN_RULES:
+            for k in ("gpu", "gpu_model"):
+                r[rule].pop(k, None)
+            r[rule].update(nodes=2, **kw)
+        return st.check_config(cfg, r)
+
+    def gpu_findings(rep):
+        return [f for f in rep.all_findings() if f.rule in ("gpu", "gpu split") and f.cell in TRAIN_RULES]
+
+    for kw in ({"gres": "gpu:a100:8"}, {"gres": "gpu:8"}, {"slurm_extra": "--gpus-per-node=a100:8"}):
+        rep = two(**kw)
+        assert gpu_findings(rep) == [], kw
+        assert next(r for r in rep.resources if r["rule"] == "train_grpo")["gpu"] == 16
+    bad = gpu_findings(two(gpu=16, gpu_model="a100"))
+    assert {f.cell for f in bad} == set(TRAIN_RULES) and all(f.rule == "gpu split" for f in bad)
+    assert "gpu 16 (the job's total) over 2 nodes: a job total may be split unevenly" in bad[0].message
+    assert "gres: gpu:<type>:8" in bad[0].message and bad[0].key.endswith("set-resources.ablation_train.gpu")
+    uneven = gpu_findings(two(gres="gpu:a100:4"))
+    assert any("4 GPUs per node, but each node runs 8 (verl.n_gpus_per_node)" in f.message for f in uneven)
+    assert any("gres gpu:a100:4 (per node): 8 GPUs < verl.n_gpus_per_node x verl.nnodes = 8 x 2 = 16" in f.message
+               for f in uneven)
+    both = gpu_findings(two(gres="gpu:a100:8", gpu_model="a100"))
+    assert any("next to gpu / gpu_model" in f.message for f in both)
+
+
 def test_turn_row_methods_of_the_launcher_are_the_registrys():
     """launch.TURN_ROW_METHODS (read without torch by the start-up check) and Method.rows (what the
     rollout bounds) name the same methods."""
