@@ -286,7 +286,7 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     payloads = {**done, **fresh}
     new = [r for i in sorted(fresh) for r in fresh[i]["records"]]
     gen = sum(r["response_tokens"] for r in new)
-    store.attempt(startup_s=round(startup_s, 3), rollout_s=round(rollout_s, 3), trajectories=len(new),
+    store.attempt(startup_s=round(startup_s, 3), rollout_s=round(rollout_s, 3), trajectories=len(new), total=store.n,
                   generated_tokens=gen, shards=len(fresh), shards_done=len(payloads), of=store.count,
                   engine=name, servers=None if servers is None else {"tp": servers.tp, "replicas": servers.replicas})
     if limit is not None:  # RTPO_EVAL_MAX_SHARDS (the pilot): its shards stay for the evaluation job, which resumes

@@ -158,11 +158,13 @@ def collect_train(run: str | Path, cell: str, stamp: str) -> dict[str, Any]:
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()] \
         if (run / "metrics.jsonl").exists() else []
     tokens = {int(r["step"]) + 1: int(r.get("generated_tokens") or 0) for r in records}
+    rtpo_time = {int(r["step"]) + 1: r.get("time") or {} for r in records}  # the method's own phases (rtpo.instrument)
     rows = []
     for e in steps:
         save = float((e.get("phases") or {}).get("save_checkpoint", 0.0))
         rows.append({"step": e["step"], "s": e["s"], "train_s": round(e["s"] - save, 3),
                      "generated_tokens": tokens.get(int(e["step"])), "phases": e.get("phases") or {},
+                     "method_phases": rtpo_time.get(int(e["step"]), {}),
                      "perf": e.get("perf") or {}})
     # the steady step: the longest after the first (the first compiles kernels and captures CUDA graphs)
     steady = rows[1:] or rows
@@ -193,6 +195,7 @@ def collect_eval(shards: str | Path, task: str) -> dict[str, Any]:
     r = float(a["rollout_s"]) or 1e-9
     return {"task": task, "gpus": gpus, "engine": a.get("engine"), "startup_s": a.get("startup_s"),
             "trajectories": a["trajectories"], "rollout_s": a["rollout_s"], "generated_tokens": a["generated_tokens"],
+            "eval_trajectories": a.get("total"),  # the whole evaluation's (problems x samples)
             "trajectories_per_gpu_s": round(a["trajectories"] / r / gpus, 5),
             "generated_tokens_per_gpu_s": round(a["generated_tokens"] / r / gpus, 3),
             "tokens_per_trajectory": round(a["generated_tokens"] / max(a["trajectories"], 1), 1),

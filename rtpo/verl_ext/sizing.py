@@ -4,7 +4,7 @@ best figure there is, every figure printed with its source:
 
   pilot        measured by the pilot (`snakemake --profile slurm pilot`: results/pilot/pilot.json,
                rtpo.verl_ext.pilot) for this very cell (its training stamp: the same settings), or for
-               another cell of the task, scaled by the generated tokens at the caps
+               another cell of the task, else of another task, scaled by the generated tokens at the caps
   E.3 anchor   the paper's ~15 h (math) / ~5 h (knowledge) on 8 A100s, scaled to the cell
                (rtpo.verl_ext.budget.e3_step_s)
   stated       a constant of this module or of budget.py, written down, not measured (start-up 15 min,
@@ -159,7 +159,7 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
     each a Fig with its source (module doc); returns notes (pilot cells whose settings changed since)."""
     from rtpo.experiment import Experiment
 
-    exp = Experiment(cfg)
+    exp = Experiment(with_defaults(cfg))  # the stamps of the DAG's jobs: Snakemake fills the schema's defaults
     train = (pilot or {}).get("train") or {}
     notes, fresh = [], {}
     for c in cells:
@@ -186,10 +186,10 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
             step = Fig(p["step_s"] / 60, "pilot")
         elif same:
             step = scaled(*same[0], "tokens at the caps")
+        elif other:  # measured on this cluster, though on another task, before the paper's anchor
+            step = scaled(*other[0], "tokens at the caps, another task")
         elif gpu and t.anchor_step_s:
             step = Fig(t.anchor_step_s / 60, f"E.3 anchor: {t.anchor}")
-        elif other:
-            step = scaled(*other[0], "tokens at the caps, another task")
         else:
             step = None
         ups = [q["startup_s"] for q in any_p if q.get("startup_s")]
@@ -285,10 +285,38 @@ def eval_runs(cfg: Mapping[str, Any]) -> dict[tuple[str, str], int]:
     return out
 
 
-def eval_problems(cfg: Mapping[str, Any], task: str) -> tuple[int | None, str]:
-    p = Path("results") / "data" / task / "eval.jsonl"
-    if p.exists():
-        return sum(1 for line in p.read_text().splitlines() if line.strip()), str(p)
+def with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `cfg` with the schema's defaults filled in, as Snakemake's `validate` fills them for the
+    DAG (rtpo's load_config does not): what each job's settings, and so its stamp, are computed from."""
+    import copy
+
+    import jsonschema
+
+    from rtpo.config import SCHEMA
+
+    base = jsonschema.Draft7Validator
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for k, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and k not in instance:
+                    instance[k] = copy.deepcopy(sub["default"])
+        yield from base.VALIDATORS["properties"](validator, props, instance, schema)
+
+    filled = jsonschema.validators.extend(base, {"properties": properties})
+    out = copy.deepcopy(dict(cfg))
+    for _ in filled(yaml.safe_load(SCHEMA.read_text())).iter_errors(out):
+        pass  # the config was validated when it was loaded; this walk only fills defaults
+    return out
+
+
+def eval_problems(cfg: Mapping[str, Any], task: str, pilot: dict | None = None) -> tuple[int | None, str]:
+    """Problems of `task`'s evaluation: the pilot's (the evaluation it sharded), data.<task>.n_eval, else the
+    stated count of config/paper.yaml's benchmarks."""
+    p = ((pilot or {}).get("eval") or {}).get(task) or {}
+    k = int(cfg["eval"]["samples"])
+    if p.get("eval_trajectories"):
+        return int(p["eval_trajectories"]) // k, "pilot"
     n = int(((cfg.get("data") or {}).get(task) or {}).get("n_eval") or 0)
     if n:
         return n, f"data.{task}.n_eval"
@@ -299,7 +327,7 @@ def eval_problems(cfg: Mapping[str, Any], task: str) -> tuple[int | None, str]:
 
 def size_eval(cfg: Mapping[str, Any], task: str, gpus: int, pilot: dict | None, gpu: bool) -> dict[str, Any] | None:
     """One evaluation run of `task`: its trajectories, minutes per trajectory on its GPUs, start-up."""
-    problems, where = eval_problems(cfg, task)
+    problems, where = eval_problems(cfg, task, pilot)
     if problems is None:
         return None
     k = int(cfg["eval"]["samples"])

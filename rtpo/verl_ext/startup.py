@@ -52,14 +52,17 @@ Rules of a training cell (`check_cell`), n = trainer.n_gpus_per_node x trainer.n
                actor's resident state fits (`vllm_awake`)
 Evaluation (`check_eval`): max_model_len <= the model's positions, attention heads % TP == 0, weights
 and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a GPU.
-Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
+Slurm profile and sizing (rtpo.verl_ext.sizing, `check_profile`): per rule, the GPUs requested (a job
+total, or per node: gres / --gpus-per-node) >= what the job needs (train: n_gpus_per_node x nnodes;
 evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
-vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
-Estimates, printed, never failing: per cell the shared-filesystem disk of a run
-(`checkpoint_disk`: one checkpoint of the actor's save_contents x train.checkpoint_keep + final/) and
-the config's total over its runs; the step time (`run_time`: generated tokens per step at the caps /
-verl.step_tokens_per_gpu_s x GPUs) and run time, which warn when a rule's longest run exceeds the
-profile's runtime (and when a job cannot reach its first checkpoint within it).
+vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime; every
+job sized -- steps per job, jobs per run against 1 + retries, evaluation shards -- from the pilot's
+measurements (results/pilot/pilot.json), else E.3's anchor, else stated constants, each figure with its
+source, and the DAG's GPU-hours and critical path in one line. Estimates, printed, never failing: per cell
+the shared-filesystem disk of a run (`checkpoint_disk`: one checkpoint of the actor's save_contents x
+train.checkpoint_keep + final/) and the config's total over its runs; the step time at the caps
+(`run_time`: generated tokens per step at the caps / verl.step_tokens_per_gpu_s x GPUs), which warns when
+a rule's longest run exceeds the profile's runtime; what the config downloads unpinned (rtpo.data.pins).
 """
 
 from __future__ import annotations
