@@ -15,7 +15,6 @@ runtime): the deadline a Slurm job falls back on when squeue cannot tell it (rtp
 param (it takes `resources`), so a changed runtime reruns nothing.
 """
 
-
 from rtpo.verl_ext import pilot as pilots
 
 
