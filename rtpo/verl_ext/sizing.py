@@ -364,7 +364,7 @@ def eval_progress(rule: str, key: str, e: dict[str, Any], runtime: int, shard: i
     findings, warnings = [], []
     if up + HEADROOM * shard_min > runtime:
         findings.append(Finding(rule, f"{key}.eval_shard", "progress",
-                                f"{e['task']}: a shard of {shard} trajectories takes {shard_min:.0f} min "
+                                f"{e['task']}: a shard of {min(shard, e['trajectories'])} trajectories takes {shard_min:.0f} min "
                                 f"({e['min_per_traj'].source}) after {up:.0f} min start-up; with x{HEADROOM} headroom it "
                                 f"does not fit runtime {runtime} min: set eval_shard <= {rec}"))
         jobs = None
@@ -575,7 +575,8 @@ def dag_line(rep: Any) -> str:
         path = crit + eval_wall.get(c.task, 0.0)
         line += (f"; critical path {path:,.1f} h ({c.cell}: {cost['jobs']} training job(s) in sequence, "
                  f"{crit:,.1f} h, then its evaluation {eval_wall.get(c.task, 0.0):,.1f} h)")
-    line += "; step times from " + ", ".join(f"{k} ({n} cells)" for k, n in sorted(sources.items()))
+    if sources:
+        line += "; step times from " + ", ".join(f"{k} ({n} cells)" for k, n in sorted(sources.items()))
     if unsized:
         line += f"; {len(unsized)} cells unsized ({', '.join(unsized[:3])}{', ...' if len(unsized) > 3 else ''})"
     if rep.pilot is None:

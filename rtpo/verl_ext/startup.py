@@ -549,7 +549,7 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
     if not rep.gpu:
         rep.note = "verl.device: cpu: the CPU harness runs it; the GPU start-up checks do not apply"
         rep.cells = [cpu_cell(cfg, label, m, t, sets, runs.get(label, 1)) for label, m, t, sets in training_cells(cfg)]
-        size_cells(rep.cells, rep.pilot, cfg, gpu=False)
+        rep.pilot_note += "".join(f"; {n}" for n in size_cells(rep.cells, rep.pilot, cfg, gpu=False))
         if rep.pilot is not None and resources is not None:
             rep.resources, rep.findings, rep.warnings, rep.eval_rows = check_profile(
                 cfg, resources, rep.cells, None, profile_name, rep.pilot, gpu=False)
