@@ -99,14 +99,15 @@ def test_check_config_sizes_each_job_from_the_pilot(tmp_path):
     out = st.format_report(rep)
     cells = {c.cell: c.sizing for c in rep.cells}
     assert str(cells["rtpo/math"]["step"]) == "25.0 (pilot)" and str(cells["rtpo/math"]["write"]) == "4.0 (pilot)"
-    assert str(cells["rtpo/math"]["read"]) == "5.0 (pilot)" and str(cells["rtpo/math"]["startup"]) == "20.0 (pilot)"
+    assert str(cells["rtpo/math"]["read"]) == "5.0 (pilot, or its run's resume)"
+    assert str(cells["rtpo/math"]["startup"]) == "20.0 (pilot)"
     # GRPO on math: the piloted RTPO cell scaled by the tokens at the caps (2/3)
     assert str(cells["grpo/math"]["step"]) == "16.7 (pilot rtpo/math x 0.67 tokens at the caps)"
     assert cells["grpo/search"]["step"].source.startswith("pilot rtpo/math x") and "another task" in cells["grpo/search"]["step"].source
     assert "sizing: pilot file" in out and "1 training cells and 1 evaluation tasks measured" in out
     row = next(x for x in out.splitlines() if x.startswith("| rtpo/math | 3 | 78 |"))
     # 1440 min less 20 + 5 + 4 + 5 (stop margin) = 1406 min: 56 steps of 25 min per job, 2 jobs a run
-    assert "| 56 | 2 |" in row
+    assert "| 56 | 2 |" in row and "| 5.0 (pilot, or its run's resume) |" in row
     ev = next(x for x in out.splitlines() if x.startswith("| evaluate_run | math |"))
     assert "10372" not in ev and "2593 (pilot) x 4" in ev and "0.042 (pilot)" in ev
     [dag] = [x for x in out.splitlines() if x.startswith("DAG: ")]
@@ -114,6 +115,11 @@ def test_check_config_sizes_each_job_from_the_pilot(tmp_path):
     assert "step times from pilot (24 cells)" in dag and "sized from constants" not in dag
     # the measured peak memory (76.5 of 80 GiB): a warning, not a failure
     assert any("the pilot's peak 76.5 GiB" in str(w) for w in rep.warnings) and rep.ok
+    # the pilot times no load; its run's next job, resuming from the pilot's checkpoint, does
+    run = tmp_path / "run"
+    Timings(run / "checkpoint" / TIMINGS_FILE).add("load", 3, 420.0)
+    rep = st.check_config(cfg, res, pilot=_pilot_file(tmp_path, cfg, load_s=None, run=str(run)))
+    assert str(next(c for c in rep.cells if c.cell == "rtpo/math").sizing["read"]) == "7.0 (pilot, or its run's resume)"
 
 
 def test_check_config_says_when_nothing_was_measured(tmp_path):

@@ -205,11 +205,21 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
             write = Fig(c.disk.checkpoint / GB / rate / 60, f"stated: {c.disk.checkpoint / GB:.1f} GB at {rate:g} GB/s")
         else:
             write = Fig(0.0, "not measured")
-        loads = [q["load_s"] for q in any_p if q.get("load_s")]
-        read = Fig(max(loads) / 60, "pilot") if loads else Fig(write.value, f"as the write ({write.source})")
+        loads = [q["load_s"] for q in any_p if q.get("load_s")] + [s for q in any_p for s in resumed_loads(q)]
+        read = (Fig(max(loads) / 60, "pilot, or its run's resume") if loads
+                else Fig(write.value, f"as the write ({write.source})"))
         c.sizing = {"step": step, "startup": startup, "write": write, "read": read,
                     "memory": (p or {}).get("memory", {}).get("peak_gib") if p else None}
     return notes
+
+
+def resumed_loads(p: dict[str, Any]) -> list[float]:
+    """Checkpoint loads timed since the pilot: its run (the seed-0 run) resumed from the pilot's checkpoint
+    in the next job, and its checkpoint/rtpo_timings.json (rtpo.signals.Timings) holds that load."""
+    from rtpo.signals import TIMINGS_FILE, Timings
+
+    run = p.get("run")
+    return [float(e["s"]) for e in Timings(Path(run) / "checkpoint" / TIMINGS_FILE).entries("load")] if run else []
 
 
 def job_progress(c: Any, runtime: int, retries: int | None, caps: bool = False) -> list[str]:
@@ -520,12 +530,13 @@ def sizing_lines(rep: Any) -> list[str]:
     if not cells:
         return []
     runtime = {r["rule"]: r["runtime"] for r in rep.resources}
-    cols = ["cell", "runs", "steps", "step min", "start-up min", "ckpt write min", "steps/job", "jobs/run", "GPU-h/run"]
+    cols = ["cell", "runs", "steps", "step min", "start-up min", "ckpt write min", "ckpt read min", "steps/job", "jobs/run",
+            "GPU-h/run"]
     lines = ["", f"sizing: {rep.pilot_note}", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for c in cells:
         z = c.sizing
         cost = run_cost(c, runtime.get(train_rule(c)))
-        vals = [c.cell, c.runs, c.time.steps, z["step"] or "unsized", z["startup"], z["write"]]
+        vals = [c.cell, c.runs, c.time.steps, z["step"] or "unsized", z["startup"], z["write"], z["read"]]
         vals += [cost["per_job"], cost["jobs"], f"{cost['gpu_h']:.1f}"] if cost else ["-", "-", "-"]
         lines.append("| " + " | ".join(map(str, vals)) + " |")
     if rep.eval_rows:
