@@ -77,6 +77,8 @@ rule pilot:
         pilots.PILOT_FILE,
     log:
         "results/logs/pilot/pilot.log",
+    conda:
+        CONDA_ENV
     params:
         name=config["name"],
     shell:

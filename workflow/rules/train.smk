@@ -26,7 +26,7 @@ def rule_deadline(wildcards, resources):
     return f"export RTPO_RULE_DEADLINE=$(( $(date +%s) + {int(runtime) * 60} )); "
 
 
-RULE_DEADLINE_SHELL = "{params.deadline}" + TRAIN_SHELL
+RULE_DEADLINE_SHELL = f"{{params.deadline}}{TRAIN_SHELL}"
 
 
 # The pilot (rules/pilot.smk, rtpo.verl_ext.pilot): the seed-0 run of a piloted cell resumes from the pilot's
