@@ -182,11 +182,21 @@ def collect_train(run: str | Path, cell: str, stamp: str) -> dict[str, Any]:
 
 
 def collect_eval(shards: str | Path, task: str) -> dict[str, Any]:
-    """What the pilot's evaluation shard measured (the last attempt in <out>.shards/attempts.jsonl)."""
+    """What the pilot's evaluation shard measured (the last attempt in <out>.shards/attempts.jsonl); when the
+    evaluation is complete already (<out> written, its shards gone), what its last attempt measured (the
+    eval JSON's throughput)."""
     p = Path(shards) / "attempts.jsonl"
-    if not p.exists():
+    result = Path(str(shards).removesuffix(".shards"))
+    if not p.exists() and result.exists():
+        r = json.loads(result.read_text())
+        th, sv = r["throughput"], r.get("servers") or {}
+        attempts = [{**th, "total": int(r["overall"]["samples"]),
+                     "servers": {"tp": sv.get("tensor_parallel_size", 1), "replicas": sv.get("replicas", 1)},
+                     "engine": r.get("engine")}]
+    elif not p.exists():
         raise ValueError(f"{p} is missing: the pilot's evaluation wrote no shard")
-    attempts = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    else:
+        attempts = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
     a = next((x for x in reversed(attempts) if x.get("trajectories")), None)
     if a is None:
         raise ValueError(f"{p}: no attempt rolled out a trajectory")

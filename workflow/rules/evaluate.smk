@@ -21,7 +21,7 @@ RTPO_EVAL_SHARD; `rtpo check-config` sizes it from the pilot); a derived param, 
 def pilot_eval_input(wildcards):
     """vanilla's seed-0 evaluation of a piloted task resumes from the pilot's shard (rules/pilot.smk)."""
     piloted = wildcards.method == "vanilla" and getattr(wildcards, "seed", None) == "0"
-    return [pilots.eval_file(wildcards.task)] if piloted and wildcards.task in PILOT_EVAL_TASKS else []
+    return [ancient(pilots.eval_file(wildcards.task))] if piloted and wildcards.task in PILOT_EVAL_TASKS else []
 
 
 def eval_shard(wildcards, resources):

@@ -9,6 +9,8 @@ its checkpoint (rules/train.smk: pilot_input). pilot_eval: the first shard of va
 evaluate_run's vanilla seed-0 job resumes from the shard. Resources: the workflow profile's pilot_train
 (= train) and pilot_eval (= evaluate_run, the same eval_shard: another shard size would not resume).
 pilot: gathers them into results/pilot/pilot.json, which `rtpo check-config` reads (rtpo.verl_ext.sizing).
+The later jobs take the pilot files as ancient() inputs (an order, not content): a pilot rerun after them
+reruns nothing; and a pilot of a run or an evaluation already complete measures it instead of redoing it.
 """
 
 
@@ -35,10 +37,11 @@ rule pilot_train:
         config=config_path,
         deadline=rule_deadline,
     shell:
+        "if [ -f {params.run}/summary.json ]; then echo 'the run is complete: measured from it' > {log}; else "
         "{params.deadline}export RTPO_STOP_AFTER_STEP={params.steps}; "
         "rtpo train --config {params.config} --method {wildcards.method} --task {wildcards.task} --seed 0 "
         "--model {input.model} --train-file {input.train} {params.key} --out {params.run} --stamp {params.stamp} "
-        "> {log} 2>&1 || [ $? -eq 143 ]; "
+        "> {log} 2>&1 || [ $? -eq 143 ]; fi; "
         "python -m rtpo.verl_ext.pilot train --run {params.run} --cell {wildcards.method}/{wildcards.task} "
         "--stamp {params.stamp} --out {output} >> {log} 2>&1"
 
@@ -63,10 +66,11 @@ rule pilot_eval:
         engine=eval_engine,
         shard=eval_shard,
     shell:
+        "if [ -f {params.out} ]; then echo 'the evaluation is complete: measured from it' > {log}; else "
         "{params.shard}export RTPO_EVAL_MAX_SHARDS=1; "
         "rtpo evaluate --config {params.config} --model {input.model} --method vanilla --task {wildcards.task} "
         "--seed 0 --eval-file {input.eval} --engine {params.engine} --out {params.out} > {log} 2>&1 || [ $? -eq 143 ]; "
-        "python -m rtpo.verl_ext.pilot eval --shards {params.out}.shards --task {wildcards.task} --out {output} "
+        "fi; python -m rtpo.verl_ext.pilot eval --shards {params.out}.shards --task {wildcards.task} --out {output} "
         ">> {log} 2>&1"
 
 
