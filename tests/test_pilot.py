@@ -70,6 +70,12 @@ def test_what_a_pilot_job_measured(tmp_path):
     e = P.collect_eval(store.dir, "math")
     assert e["gpus"] == 4 and e["eval_trajectories"] == 10372
     assert e["trajectories_per_gpu_s"] == pytest.approx(512 / 600 / 4, rel=1e-3)
+    # an evaluation already complete (its shards gone): measured from its eval JSON
+    (tmp_path / "done.json").write_text(json.dumps({
+        "throughput": {"startup_s": 800.0, "rollout_s": 3000.0, "trajectories": 2560, "generated_tokens": 9_000_000},
+        "overall": {"samples": 2560}, "servers": {"tensor_parallel_size": 2, "replicas": 2}, "engine": "verl"}))
+    done = P.collect_eval(tmp_path / "done.json.shards", "search")
+    assert done["gpus"] == 4 and done["eval_trajectories"] == 2560 and done["startup_s"] == 800.0
     files = [tmp_path / "a.json", tmp_path / "b.json"]
     files[0].write_text(json.dumps(d))
     files[1].write_text(json.dumps(e))
