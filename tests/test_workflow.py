@@ -373,7 +373,9 @@ def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
             assert "gpu" not in res and res["slurm_partition"] == "cpu", block
         else:
             assert int(res["gpu"]) >= need and res["slurm_partition"] == "gpu", block
-            assert re.search(r"^Shell command: exec rtpo evaluate .* --engine verl ", block, re.M), block
+            # the shard size from the profile's eval_shard resource (rtpo.eval_shards), then rtpo evaluate
+            assert re.search(r"^Shell command: export RTPO_EVAL_SHARD=512; exec rtpo evaluate .* --engine verl ",
+                             block, re.M), block
     cfg = load("paper")
     assert seen["train_vanilla"] == len(cfg["tasks"]) * len(cfg["seeds"])
     assert seen["evaluate_run"] == len(cfg["tasks"]) * len(cfg["seeds"]) * len(cfg["methods"])
