@@ -316,16 +316,16 @@ def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | No
                     note=f"{seeds}; " + _cells_note(table, [k], [p, FULL], m)))
             effects = [mapped[k]["effect"] for k in hops]
             d = float(np.mean(effects))
-            basis = (f"the paper's {ref.change:+.3g} % relative × {m}[{p}]'s pass@1 at each K (our mean), capped at the "
-                     f"headroom, as the per-K rows ({', '.join(f'{x:.3g}' for x in effects)} pp), averaged over K = "
+            basis = (f"the paper's {ref.change:+.3g} % relative × {m}[{p}]'s pass@1 at each K (our mean), capped "
+                     f"at the headroom, as the per-K rows ({', '.join(f'{x:.3g}' for x in effects)} pp), averaged over K = "
                      f"{d:.3g} pp" if all(mapped[k]["effect_basis"].startswith("the paper's") for k in hops)
                      else "the mean over K of the per-K rows' effects (" + "; ".join(
                          f"K = {k}: {mapped[k]['effect_basis']}" for k in hops) + f") = {d:.3g} pp")
             claims.append(Claim(
                 id=f"sweep-interaction-{tag}-pooled", ref=ref,
                 claim=f"over K = {hops}, RTPO's lead over {m} is larger under psi = {p} than under psi = full",
-                quantity=f"the per-seed mean over K = {hops} of the interactions (RTPO − {m})[{p}] − (RTPO − {m})[full], "
-                         "pass@1, paired by seed",
+                quantity=f"the per-seed mean over K = {hops} of the interactions (RTPO − {m})[{p}] − "
+                         f"(RTPO − {m})[full], pass@1, paired by seed",
                 unit="pp", values=interaction_pooled(df, hops, p, m), sign=1, kind=KIND_EMPIRICAL, effect=d,
                 effect_basis=basis,
                 evidence="results/tables/sweep_horizon.csv",
