@@ -27,7 +27,9 @@ n_eval / demos_per_hops, max_turns K + extra_turns, sft.imperfection):
      the perfect expert's trajectories: per K, turn and psi, the share of actions whose every token is the
      model's argmax, the mean log-prob per action token, and at turn 2 the probability of the first
      relation's word ("The director is" / "The studio is"), split by the parity table's minority flag. This
-     pins where qwen3 hurts the warm-started policy; it needs the sweep base model (not built here).
+     pins where qwen3 hurts the warm-started policy; it needs the sweep base model (not built here);
+  7. (--results DIR with a sweep run's eval files) pass@1 per (K, psi, method) split by section 5's minority
+     flag, from the eval JSONs' per-problem successes: the check that needs no model run.
 
 Found at 2c8b626 (README of the k3 branch's report; section numbers as above): no defect — every passage a hop
 needs is BM25's rank 1 at every K, actions <= 34 tokens (max_new_tokens 48), c_k <= 519 tokens (max_position
@@ -44,7 +46,7 @@ pp; RTPO 2.8 / 15.1 / 5.0; GRPO 2.4 / 13.3 / 4.7). Reading the first relation ne
 reverse the order (100 / 72 / 41 %): which cues the model uses is what section 6 measures.
 
     PYTHONPATH=. python scripts/sweep_horizon_probe.py --tokenizer results/models/tokenizer \\
-        [--model results/sweep/models/base] [--n 200]
+        [--model results/sweep/models/base] [--n 200] [--results results]
 
 Reads only; writes the regenerated task files under --work (a temporary directory by default).
 """
@@ -237,6 +239,17 @@ def cue_tables(cfg: dict, sweep_tasks: dict[int, list], demos_per_k: int) -> dic
                 minority_ids[k].add(t.id)
         row.append(f"K={k} {minority} of {len(ts['eval'])}")
     print("  eval questions whose first relation is the demos' minority for their last relation: " + ", ".join(row))
+    main_eval = generate_tasks("search", int(cfg["data"]["search"]["n_eval"]), seed, "eval")
+    by_tier = collections.Counter()
+    for t in main_eval:
+        p = t.meta["path"]
+        by_first = collections.Counter()
+        for (f, _n), c in first[p[-1]].items():
+            by_first[f] += c
+        by_tier[len(p), "n"] += 1
+        by_tier[len(p), "minority"] += by_first[p[0]] < max(by_first.values())
+    print("  the same on the main grid's search eval set (data.search, psi = qwen3; reference/cpu-default table01_main "
+          "per tier): " + ", ".join(f"{k} hops {by_tier[k, 'minority']} of {by_tier[k, 'n']}" for k in (2, 3, 4)))
     for name, cue in CUES.items():
         tab = collections.defaultdict(collections.Counter)
         for p in demo_paths:
@@ -310,6 +323,31 @@ def model_probe(model_dir: str, per_k: dict[int, list], tasks: dict[int, list], 
                 f"p {f[2] / max(f[0], 1):.2f}" for m, f in first[p].items()))
 
 
+def stratified(results: Path, tasks: dict[int, list], minority: dict[int, set]) -> None:
+    """Section 7: a sweep run's pass@1 per (K, psi, method) on the questions whose first relation is the demos'
+    minority for their opening (section 5) and on the rest, from the eval files' per-problem successes."""
+    import json
+
+    files = sorted(results.glob("sweep/h*/psi-*/*/eval_seed*.json"))
+    if not files:
+        print(f"== 7. no sweep eval files under {results}/sweep (run the sweep: bash scripts/pipeline.sh sweep)")
+        return
+    print(f"== 7. {results}/sweep: pass@1 % on the minority-first questions | the rest (all seeds' samples)")
+    acc = collections.defaultdict(lambda: [0, 0, 0, 0])
+    for f in files:
+        k, psi, method = int(f.parts[-4][1:]), f.parts[-3].removeprefix("psi-"), f.parts[-2]
+        if k not in minority:
+            continue
+        for row in json.loads(f.read_text()).get("per_problem", []):
+            a = acc[k, psi, method]
+            i = 0 if row["id"] in minority[k] else 2
+            a[i] += row["successes"]
+            a[i + 1] += row["samples"]
+    for (k, psi, method), a in sorted(acc.items()):
+        pct = lambda s, n: f"{100 * s / n:5.1f}" if n else "  n/a"  # noqa: E731
+        print(f"  K={k} {psi:5s} {method:8s} {pct(a[0], a[1])} (n {a[1]}) | {pct(a[2], a[3])} (n {a[3]})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="config/config.yaml")
@@ -317,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", default="reference/sweep/sweep_horizon.csv")
     ap.add_argument("--model", default=None, help="a sweep base model directory (section 6)")
     ap.add_argument("--n", type=int, default=200, help="eval questions per K for section 6")
+    ap.add_argument("--results", default="results", help="a sweep run's results directory (section 7)")
     ap.add_argument("--work", default=None, help="where the regenerated sweep data goes (default: a temp dir)")
     args = ap.parse_args(argv)
 
@@ -345,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     minority = cue_tables(cfg, {k: data[k] for k in hops}, int(cfg["sweep"]["demos_per_hops"]))
     if args.model:
         model_probe(args.model, trajs, {k: data[k]["eval"] for k in hops}, minority, args.n)
+    stratified(Path(args.results), {k: data[k]["eval"] for k in hops}, minority)
     return 0
 
 
