@@ -31,7 +31,7 @@ n_eval / demos_per_hops, max_turns K + extra_turns, sft.imperfection):
   7. (--results DIR with a sweep run's eval files) pass@1 per (K, psi, method) split by section 5's minority
      flag, from the eval JSONs' per-problem successes: the check that needs no model run.
 
-Found at 2c8b626 (README of the k3 branch's report; section numbers as above): no defect — every passage a hop
+Found at 2c8b626 (sections 1-5; 6 and 7 need a sweep run, not on the machine that ran this): no defect — every passage a hop
 needs is BM25's rank 1 at every K, actions <= 34 tokens (max_new_tokens 48), c_k <= 519 tokens (max_position
 2048), and qwen3 leaves every entity a turn writes in c_k; it strips only the notes that name the relations
 ("Find the director of X.", "The director is P. Find its employer."), at every K alike. What is K = 3's own:
@@ -43,7 +43,10 @@ K = 2. A policy that, without the notes, infers the chain from the turn, the pas
 opening solves 100 / 8 / 26 % at K = 2 / 3 / 4 (full: 100 % at every K, the notes name every relation): the
 qwen3 penalty is 0 at K = 2, largest at K = 3, smaller at K = 4, as in the reference (untrained 0.3 / 6.4 / 1.4
 pp; RTPO 2.8 / 15.1 / 5.0; GRPO 2.4 / 13.3 / 4.7). Reading the first relation next to the film as well would
-reverse the order (100 / 72 / 41 %): which cues the model uses is what section 6 measures.
+reverse the order (100 / 72 / 41 %): which cues the model uses is what sections 6-7 measure. The main grid
+(psi = qwen3, another base model and question set) shows the same: 28 of its 33 3-hop eval questions start with
+the minority first relation (5 of 33 at 4 hops), and its untrained 3-hop pass@1 is 5.5 % against 5.2 % at 4 hops
+(reference/cpu-default/table01_main.csv).
 
     PYTHONPATH=. python scripts/sweep_horizon_probe.py --tokenizer results/models/tokenizer \\
         [--model results/sweep/models/base] [--n 200] [--results results]
