@@ -117,8 +117,15 @@ def test_evaluate_bad_input_fails_at_start_naming_key_or_path(tmp_path, capsys):
     out = tmp_path / "out.json"
     args = ["evaluate", "--method", "vanilla", "--task", "math", "--eval-file", str(ev), "--out", str(out),
             "--engine", "verl"]
-    assert main(args + ["--config", str(_cfg(tmp_path, device="cuda", tensor_parallel_size=2)),
-                        "--model", str(model)]) == 2
+    cuda = ["--config", str(_cfg(tmp_path, device="cuda", tensor_parallel_size=2)), "--model", str(model)]
+    assert main(args + cuda) == 2  # this machine cannot run CUDA: the device check comes first (no CPU run)
+    err = capsys.readouterr().err
+    assert "verl.device is cuda, but torch cannot use CUDA here" in err, err
+    import rtpo.verl_ext.gpu_env as gpu_env
+
+    with pytest.MonkeyPatch.context() as mp:  # a node where CUDA starts and the job sees no GPU
+        mp.setattr(gpu_env, "torch_cuda", lambda: ("2.11.0", "13.0", True, ""))
+        assert main(args + cuda) == 2
     err = capsys.readouterr().err
     assert "verl.tensor_parallel_size = 2 needs 2 GPUs" in err and "sees 0 GPUs" in err, err
     missing = tmp_path / "no_such_model"

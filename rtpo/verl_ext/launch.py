@@ -7,8 +7,9 @@ engine: ``metrics.jsonl`` (written by the trainer), ``checkpoint/`` (verl's, res
 automatically), ``final/`` (a Hugging Face directory of the last checkpoint) and ``summary.json``.
 
 Where it runs:
-  * no GPU and no ``verl.device: cuda`` in the config  -> the CPU harness (rtpo.verl_ext.cpu: platform
-    "cpu", rollout "hf"); what the tests and a laptop use;
+  * ``verl.device: cpu``                              -> the CPU harness (rtpo.verl_ext.cpu: platform
+    "cpu", rollout "hf" or vLLM's CPU build); what the tests, the rehearsal and a laptop use;
+    ``verl.device: cuda`` on a node that cannot run CUDA stops at start-up (`verl_device`), never a CPU run;
   * ``SLURM_JOB_ID`` set (inside an allocation)        -> ``slurm_ray.sh`` starts a Ray head and one
     worker per further node through srun, then runs main_ppo against that cluster;
   * otherwise                                          -> main_ppo starts a local Ray cluster.
@@ -143,17 +144,51 @@ def _verl_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(cfg.get("verl") or {})
 
 
-def use_cpu_harness(cfg: dict[str, Any]) -> bool:
-    """CPU harness unless the config asks for a device (verl.device) or a CUDA GPU is visible."""
-    dev = _verl_cfg(cfg).get("device")
-    if dev is not None:
-        return str(dev) == "cpu"
-    try:
-        import torch
+DEVICES = ("cpu", "cuda")  # verl.device
 
-        return not torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return True
+
+def verl_device(cfg: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """The device of a verl job, decided at start-up, before any data, Ray or verl, and never silently:
+
+      * ``verl.device: cuda`` (config/paper.yaml): the driver and CUDA checks first (`gpu_env.check_cuda`);
+        a node that cannot run CUDA stops the job, naming the driver found, the driver needed and torch's
+        CUDA version (exit 2). A CPU run is never started in its place.
+      * ``verl.device: cpu`` (the rehearsal, the tests): the CPU harness (rtpo.verl_ext.cpu_harness), by
+        choice; where the node has GPUs this says so on stderr.
+      * no ``verl.device`` (the schema requires it for ``engine: verl``; `rtpo train --engine verl` on a
+        config of the local engine may lack it): "cuda" when torch can use CUDA (after the driver check);
+        refused when the node has GPUs that torch cannot use (nvidia-smi lists some, or
+        CUDA_VISIBLE_DEVICES names one); "cpu" only on a node with no sign of a GPU.
+    """
+    from rtpo.verl_ext.gpu_env import DeviceError, check_cuda, cuda_facts, gpu_node, torch_cuda
+
+    dev = _verl_cfg(cfg).get("device")
+    if dev is not None and str(dev) not in DEVICES:
+        raise ValueError(f"verl.device must be one of {list(DEVICES)}, got {dev!r}")
+    if dev == "cuda":
+        check_cuda(env)
+        return "cuda"
+    if dev == "cpu":
+        seen = gpu_node(env)
+        if seen:
+            print(f"rtpo: verl.device is cpu: the CPU harness runs, though {seen} (set verl.device: cuda to use them)",
+                  file=sys.stderr)
+        return "cpu"
+    if torch_cuda()[2]:
+        check_cuda(env)
+        return "cuda"
+    seen = gpu_node(env)
+    if seen:
+        raise DeviceError(f"verl.device is not set and this node has GPUs ({seen}) that torch cannot use: "
+                          f"{cuda_facts(env)}. Set verl.device: cuda (the job then stops here until the node can "
+                          "run CUDA) or verl.device: cpu to run the CPU harness on purpose; it is never chosen "
+                          "silently on a GPU node")
+    return "cpu"
+
+
+def use_cpu_harness(cfg: dict[str, Any], env: dict[str, str] | None = None) -> bool:
+    """Whether the job runs on the CPU harness (`verl_device` is "cpu"; its checks run first)."""
+    return verl_device(cfg, env) == "cpu"
 
 
 def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | None = None) -> tuple[int, int]:
@@ -613,11 +648,9 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         print(json.dumps(write_untrained(args.method, args.task, int(args.seed), out, args.model, s["psi"])))
         return 0
     check_verl_version()
+    # before any data or Ray: the driver and CUDA checks, then the device (a config asking for CUDA on a node
+    # that cannot run it stops here, exit 2, naming the driver found and needed; never a CPU run instead)
     cpu = use_cpu_harness(cfg)
-    if not cpu:  # before any data or Ray: a driver too old for the CUDA build fails at the first CUDA call
-        from rtpo.verl_ext.gpu_env import check_nvidia_driver
-
-        check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
