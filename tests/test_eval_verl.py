@@ -35,7 +35,7 @@ def _cfg(tmp: Path, **verl) -> Path:
     cfg = load_config(ROOT / "config" / "smoke.yaml", validate=False)
     cfg["eval"] = {"samples": 2, "temperature": 0.0}
     cfg["env"]["math"].update(max_new_tokens=80, max_turns=3)
-    cfg["verl"] = {"device": "cpu", **verl}
+    cfg["verl"] = {"device": "cpu", "dtype": "float32", **verl}  # fp32: token-identical to the local engine
     p = tmp / "cfg.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
@@ -67,7 +67,10 @@ def test_paper_eval_server_overrides_compose_with_verl(tmp_path):
     assert omega_conf_to_dataclass(r).tensor_model_parallel_size == 2
     # the number of replicas verl's LLMServerManager starts: GPUs / (tp x dp x pp)
     assert r.n_gpus_per_node * r.nnodes // (r.tensor_model_parallel_size * r.data_parallel_size) == 2
-    cpu = compose(eval_overrides(cfg, _model_dir(tmp_path), seed=0, cpu=True, max_new_tokens=4096))
+    with pytest.raises(ValueError, match="verl.cpu_rollout hf samples in float32"):  # paper.yaml's bf16
+        eval_overrides(cfg, _model_dir(tmp_path), seed=0, cpu=True, max_new_tokens=4096)
+    cpu = compose(eval_overrides({**cfg, "verl": {**cfg["verl"], "dtype": "float32"}}, _model_dir(tmp_path), seed=0,
+                                 cpu=True, max_new_tokens=4096))
     assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
     assert cpu.trainer.device == "cpu"
     cfg["verl"]["max_model_len"] = 50000

@@ -1,0 +1,87 @@
+"""What a CPU forces on a verl job: the one place the CPU harness changes a setting of the paper's job.
+
+`launch.job_settings` builds a training job's layout, precision, kernels and rollout-server settings at
+the config's values, whatever the device. On the CPU harness (verl.device: cpu: the rehearsal, the tests)
+`cpu_forced` then replaces the settings a CPU cannot run, and nothing else; `eval_forced` does the same
+for the evaluation servers (`eval_servers.eval_overrides`). Each replacement says why a CPU cannot run
+the paper's value. tests/test_verl_parity.py composes every training job and evaluation job of
+config/paper.yaml and of its rehearsal through verl's Hydra config and fails on any other difference;
+docs/rehearsal.md, "The GPU settings on a CPU", records what was tried and what broke.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rtpo.verl_ext.cpu_harness.vllm_cpu import ROLLOUTS as VLLM_ROLLOUTS
+
+HF_ROLLOUTS = ("hf", "hf_keep")
+# Ranks (logical GPUs) of a CPU job: more than one, so that FSDP2 shards, gathers and reduces across ranks
+# and vLLM runs tensor parallel as on the cluster; not 8, because every rank is a process holding torch,
+# verl and the model (~1.1 GB RSS) and a vLLM worker (~1.2-2.2 GB): 8 ranks and 4 vLLM replicas would need
+# ~20 GB of this 23 GB, 2-core machine per job (docs/rehearsal.md, "The GPU settings on a CPU").
+CPU_RANKS = 2
+# Ray's logical resources when main_ppo starts Ray itself (a Slurm job joins slurm_ray.sh's head, started
+# with the same): verl's resource pools ask for a "GPU" per rank (single_controller/ray/base.py
+# use_gpu=True); 32 CPUs leave room for TransferQueue's storage units and the agent-loop workers.
+RAY_CPUS = 32
+A = "actor_rollout_ref"
+
+
+def ranks(settings: dict[str, Any]) -> int:
+    """Logical GPUs per node of a CPU job: the config's, at most CPU_RANKS."""
+    return min(int(settings["trainer.n_gpus_per_node"]), CPU_RANKS)
+
+
+def cpu_forced(settings: dict[str, Any], external_ray: bool | None = None) -> dict[str, Any]:
+    """`settings` (launch.job_settings) with what a CPU forces replaced. external_ray: a Ray cluster is
+    already running (RAY_ADDRESS; default: read the environment), started with `RAY_CPUS` CPUs and
+    `ranks` GPUs (logical) and the environment of `launch.verl_env(cpu=True)`; otherwise main_ppo
+    starts one with those resources."""
+    import os
+
+    s = dict(settings)
+    rollout = str(s[f"{A}.rollout.name"])
+    if rollout not in (*HF_ROLLOUTS, *VLLM_ROLLOUTS):
+        raise ValueError(f"the CPU harness serves the rollouts hf, hf_keep, vllm and vllm_keep, not {rollout!r}")
+    if external_ray is None:
+        external_ray = bool(os.environ.get("RAY_ADDRESS"))
+    n = ranks(s)
+    # no CUDA device: verl's CPU platform (cpu_platform.py), gloo collectives
+    s["trainer.device"] = "cpu"
+    # one machine, CPU_RANKS processes (above)
+    s["trainer.n_gpus_per_node"], s["trainer.nnodes"] = n, 1
+    if not external_ray:
+        s["ray_kwargs.ray_init.num_cpus"], s["+ray_kwargs.ray_init.num_gpus"] = RAY_CPUS, n
+    s[f"{A}.rollout.tensor_model_parallel_size"] = min(int(s[f"{A}.rollout.tensor_model_parallel_size"]), n)
+    if rollout in VLLM_ROLLOUTS:
+        # vLLM refuses sleep mode on a CPU (vllm/config/model.py) and its CPU worker's sleep / wake_up do
+        # nothing (vllm/v1/worker/cpu_worker.py): verl must never call them, so the servers keep their
+        # weights across the trainer's sleeps (what vllm_keep asks for; vllm's re-push loads the same weights)
+        s[f"+{A}.rollout.enable_sleep_mode"] = False
+        s[f"{A}.rollout.free_cache_engine"] = False
+    else:
+        # the HF server (hf_rollout.py) is one process with no tensor parallelism (its fp32 sampling:
+        # launch.compute_dtype)
+        s[f"{A}.rollout.tensor_model_parallel_size"] = 1
+    return s
+
+
+def eval_layout(tp: int, replicas: int, rollout: str) -> tuple[int, int]:
+    """(tensor_parallel_size, replicas) of the evaluation servers on a CPU: at most CPU_RANKS logical GPUs
+    (above); the HF server has no tensor parallelism and runs one replica."""
+    if rollout in HF_ROLLOUTS:
+        return 1, 1
+    tp = min(tp, CPU_RANKS)
+    return tp, max(1, min(replicas, CPU_RANKS // tp))
+
+
+def eval_forced(settings: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation servers' settings (eval_servers.eval_overrides, the layout already from `eval_layout`)
+    with what a CPU forces replaced."""
+    s = dict(settings)
+    rollout = str(s[f"{A}.rollout.name"])
+    s["trainer.device"] = "cpu"  # no CUDA device: verl's CPU platform
+    if rollout in VLLM_ROLLOUTS:
+        s[f"+{A}.rollout.enable_sleep_mode"] = False  # vLLM refuses sleep mode on a CPU (above)
+    return s
