@@ -51,8 +51,10 @@ def cpu_forced(settings: dict[str, Any], external_ray: bool | None = None) -> di
     s["trainer.device"] = "cpu"
     # one machine, CPU_RANKS processes (above)
     s["trainer.n_gpus_per_node"], s["trainer.nnodes"] = n, 1
-    if not external_ray:
+    if not external_ray:  # main_ppo starts a Ray of its own ("local": never another job's, whose record
+        # /tmp/ray keeps: ray.init would join it and refuse num_cpus / num_gpus)
         s["ray_kwargs.ray_init.num_cpus"], s["+ray_kwargs.ray_init.num_gpus"] = RAY_CPUS, n
+        s["+ray_kwargs.ray_init.address"] = "local"
     s[f"{A}.rollout.tensor_model_parallel_size"] = min(int(s[f"{A}.rollout.tensor_model_parallel_size"]), n)
     if rollout in VLLM_ROLLOUTS:
         # vLLM refuses sleep mode on a CPU (vllm/config/model.py) and its CPU worker's sleep / wake_up do
