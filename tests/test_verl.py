@@ -873,7 +873,10 @@ def _cfg(tmp: Path, steps: int, method: str) -> dict:
     # the harness at its test size: one rank, one agent worker, fp32 (rollout and training agree to ~1e-6:
     # the ratio-1 checks); the rehearsal runs the paper's bf16 and layout (tests/test_verl_parity.py)
     cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1,
-                   "obs_tokens": 32, "dtype": "float32", "n_gpus_per_node": 1}
+                   "obs_tokens": 32, "dtype": "float32", "n_gpus_per_node": 1,
+                   # one TransferQueue storage unit, no dataloader workers: ~12 CPU-s less a launch
+                   "overrides": ["transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+                                 "data.dataloader_num_workers=0"]}
     return cfg
 
 

@@ -16,11 +16,18 @@ from typing import Any
 from rtpo.verl_ext.cpu_harness.vllm_cpu import ROLLOUTS as VLLM_ROLLOUTS
 
 HF_ROLLOUTS = ("hf", "hf_keep")
-# Ranks (logical GPUs) of a CPU job: more than one, so that FSDP2 shards, gathers and reduces across ranks
-# and vLLM runs tensor parallel as on the cluster; not 8, because every rank is a process holding torch,
-# verl and the model (~1.1 GB RSS) and a vLLM worker (~1.2-2.2 GB): 8 ranks and 4 vLLM replicas would need
-# ~20 GB of this 23 GB, 2-core machine per job (docs/rehearsal.md, "The GPU settings on a CPU").
-CPU_RANKS = 2
+# Every count of processes of a job is capped at 2 on a CPU: more than one, so that each multi-process path
+# runs as on the cluster (FSDP2 shards, gathers and reduces across ranks; vLLM runs tensor parallel 2;
+# requests spread over agent-loop workers; TransferQueue partitions its data over storage units; the
+# dataloader forks workers), not 8, because each is a process importing torch (and verl, vLLM or the
+# tokenizer) on a 2-core, 23 GB machine. Measured there (a rehearsal training job, the paper's 8 vs 1-2,
+# docs/rehearsal.md "The GPU settings on a CPU"): 8 agent-loop workers +66 CPU-s and +3.5 GB a job (GRPO),
+# 8 storage units +35 CPU-s and +2.8 GB, 8 dataloader workers +30 CPU-s and +1.8 GB; 8 ranks with 4 vLLM
+# replicas of TP 2 would hold ~20 GB more than 2 ranks.
+CPU_RANKS = 2           # trainer.n_gpus_per_node (logical GPUs; evaluation: tensor parallel x replicas)
+CPU_AGENT_WORKERS = 2   # actor_rollout_ref.rollout.agent.num_workers (paper: verl.agent_workers, 8)
+CPU_STORAGE_UNITS = 2   # transfer_queue.backend.SimpleStorage.num_data_storage_units (paper: verl's 8)
+CPU_DATALOADER_WORKERS = 2  # data.dataloader_num_workers (paper: verl's 8)
 # Ray's logical resources when main_ppo starts Ray itself (a Slurm job joins slurm_ray.sh's head, started
 # with the same): verl's resource pools ask for a "GPU" per rank (single_controller/ray/base.py
 # use_gpu=True); 32 CPUs leave room for TransferQueue's storage units and the agent-loop workers.
@@ -56,6 +63,10 @@ def cpu_forced(settings: dict[str, Any], external_ray: bool | None = None) -> di
         s["ray_kwargs.ray_init.num_cpus"], s["+ray_kwargs.ray_init.num_gpus"] = RAY_CPUS, n
         s["+ray_kwargs.ray_init.address"] = "local"
     s[f"{A}.rollout.tensor_model_parallel_size"] = min(int(s[f"{A}.rollout.tensor_model_parallel_size"]), n)
+    # process counts capped (above); verl's defaults (8) where the paper's job sets none
+    s[f"{A}.rollout.agent.num_workers"] = min(int(s[f"{A}.rollout.agent.num_workers"]), CPU_AGENT_WORKERS)
+    s["transfer_queue.backend.SimpleStorage.num_data_storage_units"] = CPU_STORAGE_UNITS
+    s["data.dataloader_num_workers"] = CPU_DATALOADER_WORKERS
     if rollout in VLLM_ROLLOUTS:
         # vLLM refuses sleep mode on a CPU (vllm/config/model.py) and its CPU worker's sleep / wake_up do
         # nothing (vllm/v1/worker/cpu_worker.py): verl must never call them, so the servers keep their
