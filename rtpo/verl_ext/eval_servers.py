@@ -307,8 +307,13 @@ class EvalServers:
     def start(self):
         # the environment verl's processes need (plugin modules, CPU platform), before verl is imported
         env = verl_env(self.cpu)
+        from rtpo.verl_ext.cpu_harness.vllm_cpu import ENV as VLLM_CPU_ENV
+
+        # vLLM's CPU build reads its KV-cache size from VLLM_CPU_KVCACHE_SPACE in the servers' processes:
+        # without it, gpu_memory_utilization is a share of the host's memory, checked against a NUMA node's
+        # free memory (the paper's 0.85 fails there: docs/rehearsal.md, "The GPU settings on a CPU")
         keys = ("PYTHONPATH", "VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "WANDB_MODE",
-                "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
+                "RAY_ENABLE_UV_RUN_RUNTIME_ENV", *VLLM_CPU_ENV)
         for k in keys:
             if k in env:
                 os.environ[k] = env[k]

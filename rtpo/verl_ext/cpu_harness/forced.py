@@ -81,12 +81,12 @@ def cpu_forced(settings: dict[str, Any], external_ray: bool | None = None) -> di
 
 
 def eval_layout(tp: int, replicas: int, rollout: str) -> tuple[int, int]:
-    """(tensor_parallel_size, replicas) of the evaluation servers on a CPU: at most CPU_RANKS logical GPUs
-    (above); the HF server has no tensor parallelism and runs one replica."""
-    if rollout in HF_ROLLOUTS:
-        return 1, 1
-    tp = min(tp, CPU_RANKS)
-    return tp, max(1, min(replicas, CPU_RANKS // tp))
+    """(tensor_parallel_size, replicas) of the evaluation servers on a CPU: one server of one rank. Tensor
+    parallel 2 in standalone mode runs on vLLM's CPU build (tried: the rehearsal's math evaluation), but
+    costs +37 CPU-s a job (a second vLLM worker and its checkpoint-engine worker: 122 against 85 CPU-s),
+    i.e. ~17 min over the rehearsal's 27 evaluation jobs on 2 cores; every training job's rollout servers
+    run vLLM at tensor parallel 2 (`cpu_forced`). The HF server has no tensor parallelism."""
+    return 1, 1
 
 
 def eval_forced(settings: dict[str, Any]) -> dict[str, Any]:
