@@ -14,11 +14,14 @@ Where it runs:
     worker per further node through srun, then runs main_ppo against that cluster;
   * otherwise                                          -> main_ppo starts a local Ray cluster.
 
-Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf |
-vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation
-(default sdpa on GPUs), ulysses_sequence_parallel_size, use_fused_kernels, prompt_length,
-response_length, max_context (a cap on flat rows' prompt + response), obs_tokens, agent_workers,
-env_factory, overrides (a list of raw Hydra overrides appended last). `rtpo check-config`
+Config keys read from the `verl:` section: device (cpu | cuda, required), n_gpus_per_node, nnodes, rollout
+(vllm | sglang | hf | vllm_keep | hf_keep), cpu_rollout (the CPU harness's: hf | vllm), tensor_parallel_size,
+gpu_memory_utilization, dtype (bfloat16 | float16 | float32: the rollout's dtype and FSDP mixed precision),
+strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation (default sdpa),
+ulysses_sequence_parallel_size, use_fused_kernels, prompt_length, response_length, max_context (a cap on
+flat rows' prompt + response), obs_tokens, agent_workers, env_factory, overrides (a list of raw Hydra
+overrides appended last). The same settings reach verl on both devices (`job_settings`); the CPU harness
+changes only what a CPU forces (`cpu_harness/forced.py`, tests/test_verl_parity.py). `rtpo check-config`
 (rtpo.verl_ext.startup) checks the GPU overrides of every cell against verl's rules.
 
 Methods on verl (`VERL_METHODS`, `trainer_mode`):
@@ -232,7 +235,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
                    train_files: str | Path, val_files: str | Path, cpu: bool,
                    external_ray: bool | None = None) -> list[str]:
     """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
-    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`)."""
+    cpu: the job runs on the CPU harness (`verl_device`): the settings (`job_settings`) are the config's
+    either way, and `cpu_harness.forced.cpu_forced` replaces only what a CPU cannot run.
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_harness.forced`)."""
     from rtpo.config import method_settings
 
     s = method_settings(cfg, method, task)
