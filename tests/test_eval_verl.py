@@ -293,3 +293,37 @@ def _logit_gap(model: Path, cfg_path: Path, ev: Path, traj: dict, k: int, j: int
     with torch.no_grad():
         top = eng.model(input_ids=torch.tensor([ctx])).logits[0, -1].float().topk(2).values
     return float(top[0] - top[1])
+
+
+def test_servers_that_fail_to_start_leave_no_ray_head(tmp_path, monkeypatch):
+    """A failure while the servers start (verl's LLMServerManager, e.g. vLLM's engine core refusing its memory
+    settings) closes what start() opened: the job's own Ray head is stopped, not left running after the job."""
+    import ray
+
+    import rtpo.verl_ext.eval_servers as es
+    from verl.workers.rollout import llm_server
+
+    class Head:
+        stopped = False
+
+        def stop(self):
+            Head.stopped = True
+
+    from rtpo.config import load_config
+
+    cfg = load_config(_cfg(tmp_path))
+    servers = es.EvalServers(cfg, _model_dir(tmp_path, 512), seed=0, max_new_tokens=8)
+    monkeypatch.setattr(es, "join_ray", lambda *a, **k: Head())
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+
+    def refuse(config):
+        raise RuntimeError("Engine core initialization failed")
+
+    monkeypatch.setattr(llm_server.LLMServerManager, "create", staticmethod(refuse))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # as the job exports it (Ray is imported here already)
+    from unittest import mock
+
+    with mock.patch.dict(os.environ), pytest.raises(RuntimeError, match="Engine core initialization failed"):
+        servers.start()  # (start() exports the harness's variables: restored after)
+    assert Head.stopped and servers._head is None and not servers._started_ray

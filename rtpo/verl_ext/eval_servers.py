@@ -338,10 +338,16 @@ class EvalServers:
         if not ray.is_initialized():
             self._head = join_ray({k: env[k] for k in keys if k in env}, self.cpu, self.tp * self.replicas)
             self._started_ray = True
-        config = compose(self.overrides)
-        self.manager = LLMServerManager.create(config)
-        tok = AutoTokenizer.from_pretrained(self.model_dir)  # the policy's tokenizer and chat template
-        self.engine = ServerEngine(self.manager.get_client(), tok, self.max_context)
+        try:
+            config = compose(self.overrides)
+            self.manager = LLMServerManager.create(config)
+            tok = AutoTokenizer.from_pretrained(self.model_dir)  # the policy's tokenizer and chat template
+            self.engine = ServerEngine(self.manager.get_client(), tok, self.max_context)
+        except BaseException:
+            # servers that fail to start must not leave this job's Ray head behind (it outlived the job,
+            # holding its processes and memory: docs/rehearsal.md, "The GPU settings on a CPU")
+            self.close()
+            raise
         return self.engine
 
     def close(self) -> None:
