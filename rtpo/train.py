@@ -169,7 +169,7 @@ def _train(method: str, task: str, cfg: dict[str, Any], seed: int, out: Path, mo
 
     from rtpo.tracking import RunTracker, backends
 
-    tracker = RunTracker(out, backends(cfg), f"{task}-{method}-seed{seed}", start=start)  # logging.backends
+    tracker = RunTracker(out, backends(cfg), record, start=start)  # logging.backends; named by the run's key
     n = int(tr["prompts_per_step"])
     every, probe_every = int(tr.get("checkpoint_every", 1)), int(tr.get("heldout_every", 1))
     t0 = time.perf_counter()
