@@ -5,6 +5,7 @@ attention implementations a GPU run can name (rtpo.verl_ext.startup's `attention
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +168,7 @@ def check_nvidia_driver(cuda: str | None = None, env: dict[str, str] | None = No
 
 
 # --------------------------------------------------------------------------------------------------
-# The device of a verl job (launch.verl_device): never a silent CPU run on a GPU node
+# The device of a verl job (job_device, launch.verl_device): never a silent CPU run on a GPU node
 # --------------------------------------------------------------------------------------------------
 def torch_cuda() -> tuple[str, str | None, bool, str]:
     """(torch's version, the CUDA version it is built for (None: a CPU build), whether it can use CUDA now,
@@ -236,3 +237,42 @@ def gpu_node(env: dict[str, str] | None = None) -> str | None:
         return f"nvidia-smi lists {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}"
     vis = visible_devices(env)
     return f"CUDA_VISIBLE_DEVICES={vis}" if vis is not None else None
+
+
+DEVICES = ("cpu", "cuda")  # verl.device
+
+
+def job_device(dev: str | None, env: dict[str, str] | None = None) -> str:
+    """The device of a verl job, decided at start-up, before any data, Ray or verl, and never silently:
+
+      * ``verl.device: cuda`` (config/paper.yaml): the driver and CUDA checks first (`check_cuda`);
+        a node that cannot run CUDA stops the job, naming the driver found, the driver needed and torch's
+        CUDA version (exit 2). A CPU run is never started in its place.
+      * ``verl.device: cpu`` (the rehearsal, the tests): the CPU harness (rtpo.verl_ext.cpu_harness), by
+        choice; where the node has GPUs this says so on stderr.
+      * no ``verl.device`` (the schema requires it for ``engine: verl``; `rtpo train --engine verl` on a
+        config of the local engine may lack it): "cuda" when torch can use CUDA (after the driver check);
+        refused when the node has GPUs that torch cannot use (nvidia-smi lists some, or
+        CUDA_VISIBLE_DEVICES names one); "cpu" only on a node with no sign of a GPU.
+    """
+    if dev is not None and str(dev) not in DEVICES:
+        raise ValueError(f"verl.device must be one of {list(DEVICES)}, got {dev!r}")
+    if dev == "cuda":
+        check_cuda(env)
+        return "cuda"
+    if dev == "cpu":
+        seen = gpu_node(env)
+        if seen:
+            print(f"rtpo: verl.device is cpu: the CPU harness runs, though {seen} (set verl.device: cuda to use them)",
+                  file=sys.stderr)
+        return "cpu"
+    if torch_cuda()[2]:
+        check_cuda(env)
+        return "cuda"
+    seen = gpu_node(env)
+    if seen:
+        raise DeviceError(f"verl.device is not set and this node has GPUs ({seen}) that torch cannot use: "
+                          f"{cuda_facts(env)}. Set verl.device: cuda (the job then stops here until the node can "
+                          "run CUDA) or verl.device: cpu to run the CPU harness on purpose; it is never chosen "
+                          "silently on a GPU node")
+    return "cpu"

@@ -155,46 +155,12 @@ def _verl_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(cfg.get("verl") or {})
 
 
-DEVICES = ("cpu", "cuda")  # verl.device
-
-
 def verl_device(cfg: dict[str, Any], env: dict[str, str] | None = None) -> str:
-    """The device of a verl job, decided at start-up, before any data, Ray or verl, and never silently:
+    """The device of a verl job ("cpu" | "cuda"), decided at start-up, before any data, Ray or verl, and never
+    silently: `gpu_env.job_device` on ``verl.device`` (cuda: the driver and CUDA checks, exit 2 where they fail)."""
+    from rtpo.verl_ext.gpu_env import job_device
 
-      * ``verl.device: cuda`` (config/paper.yaml): the driver and CUDA checks first (`gpu_env.check_cuda`);
-        a node that cannot run CUDA stops the job, naming the driver found, the driver needed and torch's
-        CUDA version (exit 2). A CPU run is never started in its place.
-      * ``verl.device: cpu`` (the rehearsal, the tests): the CPU harness (rtpo.verl_ext.cpu_harness), by
-        choice; where the node has GPUs this says so on stderr.
-      * no ``verl.device`` (the schema requires it for ``engine: verl``; `rtpo train --engine verl` on a
-        config of the local engine may lack it): "cuda" when torch can use CUDA (after the driver check);
-        refused when the node has GPUs that torch cannot use (nvidia-smi lists some, or
-        CUDA_VISIBLE_DEVICES names one); "cpu" only on a node with no sign of a GPU.
-    """
-    from rtpo.verl_ext.gpu_env import DeviceError, check_cuda, cuda_facts, gpu_node, torch_cuda
-
-    dev = _verl_cfg(cfg).get("device")
-    if dev is not None and str(dev) not in DEVICES:
-        raise ValueError(f"verl.device must be one of {list(DEVICES)}, got {dev!r}")
-    if dev == "cuda":
-        check_cuda(env)
-        return "cuda"
-    if dev == "cpu":
-        seen = gpu_node(env)
-        if seen:
-            print(f"rtpo: verl.device is cpu: the CPU harness runs, though {seen} (set verl.device: cuda to use them)",
-                  file=sys.stderr)
-        return "cpu"
-    if torch_cuda()[2]:
-        check_cuda(env)
-        return "cuda"
-    seen = gpu_node(env)
-    if seen:
-        raise DeviceError(f"verl.device is not set and this node has GPUs ({seen}) that torch cannot use: "
-                          f"{cuda_facts(env)}. Set verl.device: cuda (the job then stops here until the node can "
-                          "run CUDA) or verl.device: cpu to run the CPU harness on purpose; it is never chosen "
-                          "silently on a GPU node")
-    return "cpu"
+    return job_device(_verl_cfg(cfg).get("device"), env)
 
 
 def use_cpu_harness(cfg: dict[str, Any], env: dict[str, str] | None = None) -> bool:
