@@ -2,11 +2,12 @@
 
 `launch.job_settings` builds a training job's layout, precision, kernels and rollout-server settings at
 the config's values, whatever the device. On the CPU harness (verl.device: cpu: the rehearsal, the tests)
-`cpu_forced` then replaces the settings a CPU cannot run, and nothing else; `eval_forced` does the same
-for the evaluation servers (`eval_servers.eval_overrides`). Each replacement says why a CPU cannot run
-the paper's value. tests/test_verl_parity.py composes every training job and evaluation job of
-config/paper.yaml and of its rehearsal through verl's Hydra config and fails on any other difference;
-docs/rehearsal.md, "The GPU settings on a CPU", records what was tried and what broke.
+`cpu_forced` then replaces the settings a CPU cannot run, and caps the job's process counts, which a CPU
+runs at the paper's 8 but at a measured cost; nothing else. `eval_forced` and `eval_layout` do the same
+for the evaluation servers (`eval_servers.eval_overrides`). Each replacement says why.
+tests/test_verl_parity.py composes every training job and evaluation job of config/paper.yaml and of its
+rehearsal through verl's Hydra config and fails on any other difference; docs/rehearsal.md, "The GPU
+settings on a CPU", records what was tried and what broke.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ HF_ROLLOUTS = ("hf", "hf_keep")
 # docs/rehearsal.md "The GPU settings on a CPU"): 8 agent-loop workers +66 CPU-s and +3.5 GB a job (GRPO),
 # 8 storage units +35 CPU-s and +2.8 GB, 8 dataloader workers +30 CPU-s and +1.8 GB; 8 ranks with 4 vLLM
 # replicas of TP 2 would hold ~20 GB more than 2 ranks.
-CPU_RANKS = 2           # trainer.n_gpus_per_node (logical GPUs; evaluation: tensor parallel x replicas)
+CPU_RANKS = 2           # trainer.n_gpus_per_node of a training job (logical GPUs; evaluation: eval_layout)
 CPU_AGENT_WORKERS = 2   # actor_rollout_ref.rollout.agent.num_workers (paper: verl.agent_workers, 8)
 CPU_STORAGE_UNITS = 2   # transfer_queue.backend.SimpleStorage.num_data_storage_units (paper: verl's 8)
 CPU_DATALOADER_WORKERS = 2  # data.dataloader_num_workers (paper: verl's 8)
