@@ -81,7 +81,7 @@ def main() -> int:
     cfg["model"]["threads"] = a.threads
     if a.max_new_tokens:
         cfg["env"][a.task]["max_new_tokens"] = a.max_new_tokens
-    cfg["verl"] = {**(cfg.get("verl") or {}), "device": "cpu"}
+    cfg["verl"] = {**(cfg.get("verl") or {}), "device": "cpu", "dtype": "float32"}  # the HF rollout samples in fp32
     ev = out / "eval.jsonl"
     ev.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in generate_tasks(a.task, a.problems, 0, "eval")))
     res, dumps = {}, {}

@@ -135,8 +135,11 @@ def smoke_config(steps: int, prompts: int, gpus: int, cpu: bool = False) -> dict
     cfg["method"]["grpo"] = {"chains": 4}
     cfg["method"]["arpo"] = {"initial": 2, "total": 4, "tau": 0.5, "beta": 0.2, "entropy_tokens": 5 if cpu else 20}
     if cpu:
-        cfg["verl"] = {"device": "cpu", "cpu_rollout": "vllm", "obs_tokens": 32,
-                       "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1}
+        # one logical GPU in fp32 (ratio 1: the smoke's on-policy check); the paper's bf16 and two-rank layout
+        # on a CPU: the rehearsal (tests/test_verl_parity.py)
+        cfg["verl"] = {"device": "cpu", "cpu_rollout": "vllm", "obs_tokens": 32, "dtype": "float32",
+                       "n_gpus_per_node": 1, "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory",
+                       "agent_workers": 1}
     else:
         cfg["verl"] = {"device": "cuda", "rollout": "vllm", "n_gpus_per_node": gpus, "nnodes": 1,
                        "tensor_parallel_size": 1, "gpu_memory_utilization": 0.4, "strategy": "fsdp2",

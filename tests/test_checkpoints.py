@@ -35,6 +35,8 @@ def paper(*sets: str) -> dict:
 
 
 def overrides(cfg: dict, method: str, task: str, cpu: bool = False) -> dict:
+    if cpu:  # the CPU harness's HF rollout samples in fp32 (paper.yaml's bf16 needs verl.cpu_rollout: vllm)
+        cfg = {**cfg, "verl": {**cfg["verl"], "dtype": "float32"}}
     return st.parse_overrides(launch.verl_overrides(cfg, method, task, 0, "/tmp/run", "/tmp/model", "t.parquet",
                                                     "v.parquet", cpu=cpu))
 

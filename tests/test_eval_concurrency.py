@@ -119,7 +119,7 @@ def _setup(d: Path) -> tuple[dict, Path, Path]:
 
     cfg = load_config(ROOT / "config" / "smoke.yaml", validate=False)
     cfg["eval"] = {"samples": K, "temperature": 1.0}
-    cfg["verl"] = {"device": "cpu"}  # no eval_concurrency: the bound comes from the servers
+    cfg["verl"] = {"device": "cpu", "dtype": "float32"}  # no eval_concurrency: the bound comes from the servers
     model = d / "model"
     model.mkdir(parents=True, exist_ok=True)
     (model / "config.json").write_text(json.dumps({"model_type": "qwen3", "max_position_embeddings": 4096}))

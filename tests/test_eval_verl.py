@@ -35,7 +35,7 @@ def _cfg(tmp: Path, **verl) -> Path:
     cfg = load_config(ROOT / "config" / "smoke.yaml", validate=False)
     cfg["eval"] = {"samples": 2, "temperature": 0.0}
     cfg["env"]["math"].update(max_new_tokens=80, max_turns=3)
-    cfg["verl"] = {"device": "cpu", **verl}
+    cfg["verl"] = {"device": "cpu", "dtype": "float32", **verl}  # fp32: token-identical to the local engine
     p = tmp / "cfg.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
@@ -67,7 +67,10 @@ def test_paper_eval_server_overrides_compose_with_verl(tmp_path):
     assert omega_conf_to_dataclass(r).tensor_model_parallel_size == 2
     # the number of replicas verl's LLMServerManager starts: GPUs / (tp x dp x pp)
     assert r.n_gpus_per_node * r.nnodes // (r.tensor_model_parallel_size * r.data_parallel_size) == 2
-    cpu = compose(eval_overrides(cfg, _model_dir(tmp_path), seed=0, cpu=True, max_new_tokens=4096))
+    with pytest.raises(ValueError, match="verl.cpu_rollout hf samples in float32"):  # paper.yaml's bf16
+        eval_overrides(cfg, _model_dir(tmp_path), seed=0, cpu=True, max_new_tokens=4096)
+    cpu = compose(eval_overrides({**cfg, "verl": {**cfg["verl"], "dtype": "float32"}}, _model_dir(tmp_path), seed=0,
+                                 cpu=True, max_new_tokens=4096))
     assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.actor_rollout_ref.rollout.tensor_model_parallel_size == 1
     assert cpu.trainer.device == "cpu"
     cfg["verl"]["max_model_len"] = 50000
@@ -117,8 +120,15 @@ def test_evaluate_bad_input_fails_at_start_naming_key_or_path(tmp_path, capsys):
     out = tmp_path / "out.json"
     args = ["evaluate", "--method", "vanilla", "--task", "math", "--eval-file", str(ev), "--out", str(out),
             "--engine", "verl"]
-    assert main(args + ["--config", str(_cfg(tmp_path, device="cuda", tensor_parallel_size=2)),
-                        "--model", str(model)]) == 2
+    cuda = ["--config", str(_cfg(tmp_path, device="cuda", tensor_parallel_size=2)), "--model", str(model)]
+    assert main(args + cuda) == 2  # this machine cannot run CUDA: the device check comes first (no CPU run)
+    err = capsys.readouterr().err
+    assert "verl.device is cuda, but torch cannot use CUDA here" in err, err
+    import rtpo.verl_ext.gpu_env as gpu_env
+
+    with pytest.MonkeyPatch.context() as mp:  # a node where CUDA starts and the job sees no GPU
+        mp.setattr(gpu_env, "torch_cuda", lambda: ("2.11.0", "13.0", True, ""))
+        assert main(args + cuda) == 2
     err = capsys.readouterr().err
     assert "verl.tensor_parallel_size = 2 needs 2 GPUs" in err and "sees 0 GPUs" in err, err
     missing = tmp_path / "no_such_model"
@@ -283,3 +293,37 @@ def _logit_gap(model: Path, cfg_path: Path, ev: Path, traj: dict, k: int, j: int
     with torch.no_grad():
         top = eng.model(input_ids=torch.tensor([ctx])).logits[0, -1].float().topk(2).values
     return float(top[0] - top[1])
+
+
+def test_servers_that_fail_to_start_leave_no_ray_head(tmp_path, monkeypatch):
+    """A failure while the servers start (verl's LLMServerManager, e.g. vLLM's engine core refusing its memory
+    settings) closes what start() opened: the job's own Ray head is stopped, not left running after the job."""
+    import ray
+
+    import rtpo.verl_ext.eval_servers as es
+    from verl.workers.rollout import llm_server
+
+    class Head:
+        stopped = False
+
+        def stop(self):
+            Head.stopped = True
+
+    from rtpo.config import load_config
+
+    cfg = load_config(_cfg(tmp_path))
+    servers = es.EvalServers(cfg, _model_dir(tmp_path, 512), seed=0, max_new_tokens=8)
+    monkeypatch.setattr(es, "join_ray", lambda *a, **k: Head())
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+
+    def refuse(config):
+        raise RuntimeError("Engine core initialization failed")
+
+    monkeypatch.setattr(llm_server.LLMServerManager, "create", staticmethod(refuse))
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # as the job exports it (Ray is imported here already)
+    from unittest import mock
+
+    with mock.patch.dict(os.environ), pytest.raises(RuntimeError, match="Engine core initialization failed"):
+        servers.start()  # (start() exports the harness's variables: restored after)
+    assert Head.stopped and servers._head is None and not servers._started_ray

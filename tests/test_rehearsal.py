@@ -37,6 +37,9 @@ MAY_DIFFER = [
     "data.search.corpus.url", "data.search.corpus.sha256",
     # the one key paper.yaml lacks: vLLM's CPU build where the cluster runs vLLM on a GPU
     "verl.cpu_rollout",
+    # the device: this machine has no GPU (paper cuda, rehearsal cpu, the CPU harness). What that changes in the
+    # jobs' composed verl configuration, and why a CPU forces each: tests/test_verl_parity.py's allow-list
+    "verl.device",
 ]
 
 

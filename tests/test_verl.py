@@ -736,7 +736,8 @@ def test_paper_config_overrides_compose_with_verl(method, tmp_path):
     else:
         assert c.trainer.v1.trainer_mode == "rtpo_chain_sync" and c.algorithm.adv_estimator == "grpo"
         assert r.n == 16 and c.data.max_response_length == 3 * 4096 + 2 * 512
-    cpu = _compose(verl_overrides(cfg, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+    fp32 = {**cfg, "verl": {**cfg["verl"], "dtype": "float32"}}  # the HF rollout samples in fp32
+    cpu = _compose(verl_overrides(fp32, method, "math", 1, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
                                   tmp_path / "v.parquet", cpu=True))
     assert cpu.actor_rollout_ref.rollout.name == "hf" and cpu.trainer.device == "cpu"
     with pytest.raises(ValueError, match="vanilla trains nothing"):
@@ -774,7 +775,8 @@ def test_paper_sync_ablation_overrides_select_the_keep_rollout(tmp_path):
         assert rollout_keeps_weights(r.name) and c.rtpo.method == "rtpo" and c.rtpo.method_cfg.sync == sync
         want = method_settings(c0, "rtpo", "search")["method"]   # per-task overrides applied (search: 2 trunks)
         assert OmegaConf.to_container(c.rtpo.method_cfg) == want
-        cpu = _compose(verl_overrides(c0, "rtpo", "search", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
+        fp32 = {**c0, "verl": {**c0["verl"], "dtype": "float32"}}  # the HF rollout samples in fp32
+        cpu = _compose(verl_overrides(fp32, "rtpo", "search", 0, tmp_path, tmp_path / "model", tmp_path / "t.parquet",
                                       tmp_path / "v.parquet", cpu=True))
         assert cpu.actor_rollout_ref.rollout.name == "hf_keep" and cpu.trainer.v1.trainer_mode == "rtpo_engine_sync"
         c0["verl"]["rollout"] = "sglang"  # no keep-weights variant
@@ -868,8 +870,13 @@ def _cfg(tmp: Path, steps: int, method: str) -> dict:
     cfg["method"]["tree_grpo"] = {"trees": 2, "expansions": 1, "rounds": 1, "entropy_coef": 0.001}
     cfg["method"]["arpo"] = {"initial": 2, "total": 4, "tau": 0.5, "beta": 0.2, "entropy_tokens": 5}
     cfg["method"]["seeupo"] = {"chains": 4, "adv_clamp": 3.0, "ratio_clip": [0.8, 1.2]}
+    # the harness at its test size: one rank, one agent worker, fp32 (rollout and training agree to ~1e-6:
+    # the ratio-1 checks); the rehearsal runs the paper's bf16 and layout (tests/test_verl_parity.py)
     cfg["verl"] = {"device": "cpu", "env_factory": "rtpo.verl_ext.cpu_harness.toy:env_factory", "agent_workers": 1,
-                   "obs_tokens": 32}
+                   "obs_tokens": 32, "dtype": "float32", "n_gpus_per_node": 1,
+                   # one TransferQueue storage unit, no dataloader workers: ~12 CPU-s less a launch
+                   "overrides": ["transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+                                 "data.dataloader_num_workers=0"]}
     return cfg
 
 

@@ -34,8 +34,10 @@ def test_cpu_rollout_vllm_overrides_compose_with_verl(tmp_path, monkeypatch):
         cfg["method"]["rtpo"]["sync"] = sync
         o = ov()
         r = _compose(o).actor_rollout_ref.rollout
+        # the config's dtype (the tests' float32) and vLLM's graph mode (enforce_eager False, the paper's);
+        # the CPU forces sleep mode off (cpu_harness/forced.py)
         assert (r.name, r.dtype, r.enforce_eager, r.free_cache_engine, r.enable_sleep_mode) == \
-            (name, "float32", True, False, False), sync
+            (name, "float32", False, False, False), sync
         rc = omega_conf_to_dataclass(r)  # verl's RolloutConfig accepts them
         assert rc.enable_sleep_mode is False and rc.tensor_model_parallel_size == 1
     cfg, ov = _overrides(tmp_path, "grpo", cpu_rollout="vllm")

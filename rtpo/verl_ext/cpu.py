@@ -4,8 +4,8 @@ Import through ``VERL_USE_EXTERNAL_MODULES=rtpo.verl_ext.cpu,rtpo.verl_ext.plugi
 
 Registers the CPU platform (select it with ``VERL_PLATFORM=cpu``) and the in-process Hugging Face
 rollouts "hf" / "hf_keep" (``actor_rollout_ref.rollout.name=hf``), both in the subpackage
-`rtpo.verl_ext.cpu_harness`, whose plugin this is; `rtpo.verl_ext.launch.cpu_overrides` lists the
-Hydra overrides and environment the rest of verl needs on CPU (docs/verl.md, "CPU harness").
+`rtpo.verl_ext.cpu_harness`, whose plugin this is; `rtpo.verl_ext.cpu_harness.forced` lists the
+Hydra overrides a CPU forces and `launch.verl_env` the environment the rest of verl needs on CPU (docs/verl.md, "CPU harness").
 
 Two patches, applied only when the CPU platform is selected (the second, `_patch_pin_memory`, below): verl's
 ``utils.distributed.initialize_global_process_group_ray`` builds the backend string

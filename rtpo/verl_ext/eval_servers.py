@@ -88,11 +88,11 @@ def set_ray_auth_mode() -> None:
     os.environ["RAY_AUTH_MODE"] = mode
 
 
-def join_ray(env_vars: dict[str, str], cpu: bool) -> "LocalRayHead | None":
+def join_ray(env_vars: dict[str, str], cpu: bool, gpus: int = 1) -> "LocalRayHead | None":
     """Join the job's Ray: the cluster RAY_ADDRESS names, else a head of this job's own (its ports, its temp
     dir; `LocalRayHead`) that this process then joins, both under one authentication mode
     (`set_ray_auth_mode`). `env_vars` go to every Ray worker; on the CPU harness the head has logical
-    resources (verl's resource pools ask for a GPU). Returns the head this call started (None: joined one)."""
+    resources (verl's resource pools ask for a GPU: `gpus` of them). Returns the head this call started (None: joined one)."""
     head = None
     if not os.environ.get("RAY_ADDRESS"):
         set_ray_auth_mode()
@@ -101,7 +101,7 @@ def join_ray(env_vars: dict[str, str], cpu: bool) -> "LocalRayHead | None":
     kw: dict[str, Any] = {"runtime_env": {"env_vars": dict(env_vars)}, "ignore_reinit_error": True,
                           "log_to_driver": False}
     if not os.environ.get("RAY_ADDRESS"):
-        head = LocalRayHead({**os.environ, **env_vars}, *((32, 1) if cpu else (None, None)))
+        head = LocalRayHead({**os.environ, **env_vars}, *((32, gpus) if cpu else (None, None)))
         kw["address"] = head.address
     try:
         ray.init(**kw)
@@ -181,11 +181,15 @@ def model_positions(model_dir: str | Path) -> int:
 
 
 def server_layout(cfg: dict[str, Any], cpu: bool) -> tuple[int, int]:
-    """(tensor_parallel_size, replicas) of the evaluation servers."""
-    if cpu:
-        return 1, 1  # the HF server has no tensor parallelism; one replica on the logical GPU
+    """(tensor_parallel_size, replicas) of the evaluation servers: the config's; on the CPU harness what a
+    CPU forces (`cpu_harness.forced.eval_layout`)."""
     v = _v(cfg)
-    return int(v.get("tensor_parallel_size", 1)), int(v.get("eval_replicas", 1))
+    tp, rep = int(v.get("tensor_parallel_size", 1)), int(v.get("eval_replicas", 1))
+    if cpu:
+        from rtpo.verl_ext.cpu_harness.forced import eval_layout
+
+        return eval_layout(tp, rep, rollout_name(cfg, cpu))
+    return tp, rep
 
 
 def max_model_len(cfg: dict[str, Any], model_dir: str | Path) -> int:
@@ -231,35 +235,35 @@ def rollout_name(cfg: dict[str, Any], cpu: bool) -> str:
 
 
 def eval_overrides(cfg: dict[str, Any], model_dir: str | Path, seed: int, cpu: bool, max_new_tokens: int) -> list[str]:
-    """Hydra overrides of verl's ppo_trainer config for the standalone evaluation servers. Pure."""
+    """Hydra overrides of verl's ppo_trainer config for the standalone evaluation servers: the config's
+    values whatever the device, then, on the CPU harness, what a CPU forces (`cpu_harness.forced.eval_forced`;
+    tests/test_verl_parity.py). Pure."""
+    from rtpo.verl_ext.launch import Raw, compute_dtype
+
     v = _v(cfg)
     tp, rep = server_layout(cfg, cpu)
     L = max_model_len(cfg, model_dir)
     resp = min(int(max_new_tokens), L - 1)
+    dtype = compute_dtype(cfg, rollout_name(cfg, cpu))
     r = "actor_rollout_ref.rollout"
-    o = [
-        f"actor_rollout_ref.model.path={Path(model_dir).resolve()}",
-        f"trainer.n_gpus_per_node={tp * rep}", "trainer.nnodes=1",
-        f"{r}.nnodes=1", f"{r}.n_gpus_per_node={tp * rep}",   # LLMServerManager: standalone needs rollout.nnodes > 0
-        f"{r}.tensor_model_parallel_size={tp}", f"{r}.data_parallel_size=1",
-        f"{r}.max_model_len={L}", f"{r}.prompt_length={L - resp}", f"{r}.response_length={resp}",
-        f"{r}.seed={int(seed)}", f"{r}.load_format=auto",     # standalone: real weights, no trainer to push them
-        f"{r}.calculate_log_probs=True", f"{r}.free_cache_engine=False",
-    ]
-    if cpu and rollout_name(cfg, cpu) == "vllm":  # vLLM's CPU build (vllm_cpu); standalone: no sleep anyway
-        from rtpo.verl_ext.cpu_harness.vllm_cpu import rollout_overrides
+    s: dict[str, Any] = {
+        "actor_rollout_ref.model.path": str(Path(model_dir).resolve()),
+        "trainer.n_gpus_per_node": tp * rep, "trainer.nnodes": 1,
+        f"{r}.nnodes": 1, f"{r}.n_gpus_per_node": tp * rep,   # LLMServerManager: standalone needs rollout.nnodes > 0
+        f"{r}.tensor_model_parallel_size": tp, f"{r}.data_parallel_size": 1,
+        f"{r}.max_model_len": L, f"{r}.prompt_length": L - resp, f"{r}.response_length": resp,
+        f"{r}.seed": int(seed), f"{r}.load_format": "auto",     # standalone: real weights, no trainer to push them
+        f"{r}.calculate_log_probs": True, f"{r}.free_cache_engine": False,
+        f"{r}.name": rollout_name(cfg, cpu), f"{r}.dtype": dtype,
+        f"{r}.gpu_memory_utilization": float(v.get("eval_gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)),
+        f"{r}.enforce_eager": bool(v.get("enforce_eager", False)),
+    }
+    if cpu:
+        from rtpo.verl_ext.cpu_harness.forced import eval_forced
 
-        o += ["trainer.device=cpu", *rollout_overrides("vllm"),
-              "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
-    elif cpu:
-        o += ["trainer.device=cpu", f"{r}.name=hf",
-              "+actor_rollout_ref.model.override_config.attn_implementation=sdpa"]
-    else:
-        o += [f"{r}.name={rollout_name(cfg, cpu)}", f"{r}.dtype={v.get('dtype', 'bfloat16')}",
-              f"{r}.gpu_memory_utilization={float(v.get('eval_gpu_memory_utilization', DEFAULT_GPU_MEMORY_UTILIZATION))}",
-              f"{r}.enforce_eager={hydra_value(bool(v.get('enforce_eager', False)))}"]
-    o += [str(x) for x in v.get("eval_overrides", []) or []]
-    return o
+        s = eval_forced(s)
+    o = [f"{k}={val if isinstance(val, Raw) else hydra_value(val, k)}" for k, val in s.items()]
+    return o + [str(x) for x in v.get("eval_overrides", []) or []]
 
 
 def compose(overrides: list[str]):
@@ -285,13 +289,12 @@ class EvalServers:
         from rtpo.verl_ext.launch import check_verl_version
 
         check_verl_version()
+        # the driver and CUDA checks, then the device (launch.verl_device): a config asking for CUDA on a node
+        # that cannot run it stops here, naming the driver found and needed; never a CPU evaluation instead
         self.cpu = use_cpu_harness(cfg)
         self.model_dir = Path(model_dir)
         self.max_context = max_model_len(cfg, model_dir)  # also checks the model directory
         if not self.cpu:
-            from rtpo.verl_ext.gpu_env import check_nvidia_driver
-
-            check_nvidia_driver()
             check_gpus(cfg)
         self.tp, self.replicas = server_layout(cfg, self.cpu)
         self.rollout = rollout_name(cfg, self.cpu)
@@ -304,8 +307,13 @@ class EvalServers:
     def start(self):
         # the environment verl's processes need (plugin modules, CPU platform), before verl is imported
         env = verl_env(self.cpu)
+        from rtpo.verl_ext.cpu_harness.vllm_cpu import ENV as VLLM_CPU_ENV
+
+        # vLLM's CPU build reads its KV-cache size from VLLM_CPU_KVCACHE_SPACE in the servers' processes:
+        # without it, gpu_memory_utilization is a share of the host's memory, checked against a NUMA node's
+        # free memory (the paper's 0.85 fails there: docs/rehearsal.md, "The GPU settings on a CPU")
         keys = ("PYTHONPATH", "VERL_USE_EXTERNAL_MODULES", "VERL_PLATFORM", "VERL_ENGINE_DEVICE", "WANDB_MODE",
-                "RAY_ENABLE_UV_RUN_RUNTIME_ENV")
+                "RAY_ENABLE_UV_RUN_RUNTIME_ENV", *VLLM_CPU_ENV)
         for k in keys:
             if k in env:
                 os.environ[k] = env[k]
@@ -328,12 +336,18 @@ class EvalServers:
         from rtpo.verl_ext.server_engine import ServerEngine
 
         if not ray.is_initialized():
-            self._head = join_ray({k: env[k] for k in keys if k in env}, self.cpu)
+            self._head = join_ray({k: env[k] for k in keys if k in env}, self.cpu, self.tp * self.replicas)
             self._started_ray = True
-        config = compose(self.overrides)
-        self.manager = LLMServerManager.create(config)
-        tok = AutoTokenizer.from_pretrained(self.model_dir)  # the policy's tokenizer and chat template
-        self.engine = ServerEngine(self.manager.get_client(), tok, self.max_context)
+        try:
+            config = compose(self.overrides)
+            self.manager = LLMServerManager.create(config)
+            tok = AutoTokenizer.from_pretrained(self.model_dir)  # the policy's tokenizer and chat template
+            self.engine = ServerEngine(self.manager.get_client(), tok, self.max_context)
+        except BaseException:
+            # servers that fail to start must not leave this job's Ray head behind (it outlived the job,
+            # holding its processes and memory: docs/rehearsal.md, "The GPU settings on a CPU")
+            self.close()
+            raise
         return self.engine
 
     def close(self) -> None:

@@ -7,17 +7,21 @@ engine: ``metrics.jsonl`` (written by the trainer), ``checkpoint/`` (verl's, res
 automatically), ``final/`` (a Hugging Face directory of the last checkpoint) and ``summary.json``.
 
 Where it runs:
-  * no GPU and no ``verl.device: cuda`` in the config  -> the CPU harness (rtpo.verl_ext.cpu: platform
-    "cpu", rollout "hf"); what the tests and a laptop use;
+  * ``verl.device: cpu``                              -> the CPU harness (rtpo.verl_ext.cpu: platform
+    "cpu", rollout "hf" or vLLM's CPU build); what the tests, the rehearsal and a laptop use;
+    ``verl.device: cuda`` on a node that cannot run CUDA stops at start-up (`verl_device`), never a CPU run;
   * ``SLURM_JOB_ID`` set (inside an allocation)        -> ``slurm_ray.sh`` starts a Ray head and one
     worker per further node through srun, then runs main_ppo against that cluster;
   * otherwise                                          -> main_ppo starts a local Ray cluster.
 
-Config keys read from the `verl:` section: n_gpus_per_node, nnodes, rollout (vllm | sglang | hf |
-vllm_keep | hf_keep), tensor_parallel_size, gpu_memory_utilization, device (cpu | cuda), strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation
-(default sdpa on GPUs), ulysses_sequence_parallel_size, use_fused_kernels, prompt_length,
-response_length, max_context (a cap on flat rows' prompt + response), obs_tokens, agent_workers,
-env_factory, overrides (a list of raw Hydra overrides appended last). `rtpo check-config`
+Config keys read from the `verl:` section: device (cpu | cuda, required), n_gpus_per_node, nnodes, rollout
+(vllm | sglang | hf | vllm_keep | hf_keep), cpu_rollout (the CPU harness's: hf | vllm), tensor_parallel_size,
+gpu_memory_utilization, dtype (bfloat16 | float16 | float32: the rollout's dtype and FSDP mixed precision),
+strategy (fsdp | fsdp2), remove_padding, enforce_eager, attn_implementation (default sdpa),
+ulysses_sequence_parallel_size, use_fused_kernels, prompt_length, response_length, max_context (a cap on
+flat rows' prompt + response), obs_tokens, agent_workers, env_factory, overrides (a list of raw Hydra
+overrides appended last). The same settings reach verl on both devices (`job_settings`); the CPU harness
+changes only what a CPU forces (`cpu_harness/forced.py`, tests/test_verl_parity.py). `rtpo check-config`
 (rtpo.verl_ext.startup) checks the GPU overrides of every cell against verl's rules.
 
 Methods on verl (`VERL_METHODS`, `trainer_mode`):
@@ -126,6 +130,10 @@ def keep_rollout(rollout: str, why: str) -> str:
     return KEEP_WEIGHTS_ROLLOUT[rollout]
 
 
+class Raw(str):
+    """A Hydra override value passed verbatim (a dict literal such as ``{param_dtype:fp32,...}``)."""
+
+
 def hydra_value(v: Any, key: str = "value") -> str:
     """A Python value as a Hydra override value (strings quoted unless they are plain words)."""
     if isinstance(v, bool):
@@ -147,17 +155,17 @@ def _verl_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
     return dict(cfg.get("verl") or {})
 
 
-def use_cpu_harness(cfg: dict[str, Any]) -> bool:
-    """CPU harness unless the config asks for a device (verl.device) or a CUDA GPU is visible."""
-    dev = _verl_cfg(cfg).get("device")
-    if dev is not None:
-        return str(dev) == "cpu"
-    try:
-        import torch
+def verl_device(cfg: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """The device of a verl job ("cpu" | "cuda"), decided at start-up, before any data, Ray or verl, and never
+    silently: `gpu_env.job_device` on ``verl.device`` (cuda: the driver and CUDA checks, exit 2 where they fail)."""
+    from rtpo.verl_ext.gpu_env import job_device
 
-        return not torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return True
+    return job_device(_verl_cfg(cfg).get("device"), env)
+
+
+def use_cpu_harness(cfg: dict[str, Any], env: dict[str, str] | None = None) -> bool:
+    """Whether the job runs on the CPU harness (`verl_device` is "cpu"; its checks run first)."""
+    return verl_device(cfg, env) == "cpu"
 
 
 def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | None = None) -> tuple[int, int]:
@@ -197,7 +205,9 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
                    train_files: str | Path, val_files: str | Path, cpu: bool,
                    external_ray: bool | None = None, run: dict[str, Any] | None = None) -> list[str]:
     """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
-    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`).
+    cpu: the job runs on the CPU harness (`verl_device`): the settings (`job_settings`) are the config's
+    either way, and `cpu_harness.forced.cpu_forced` replaces only what a CPU cannot run.
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_harness.forced`).
     run: the run's run.json record, which names the run and is its trackers' config (rtpo.tracking;
     default: the main run of this method, task and seed)."""
     from rtpo.config import method_settings
@@ -246,7 +256,6 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"actor_rollout_ref.rollout.temperature={float(tr['temperature'])}",
         f"actor_rollout_ref.rollout.seed={seed}", "actor_rollout_ref.rollout.calculate_log_probs=True",
         "actor_rollout_ref.rollout.agent.default_agent_loop=rtpo_agent",
-        f"actor_rollout_ref.rollout.agent.num_workers={int(v.get('agent_workers', 1 if cpu else 8))}",
         # rewards come from the envs inside the rollout: verl's reward-loop workers are never used
         f"reward.custom_reward_function.path={REWARD_FN}", "reward.num_workers=0",
         f"trainer.total_training_steps={int(tr['steps'])}",
@@ -282,31 +291,13 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
     else:
         o += ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_grpo=True",
               f"actor_rollout_ref.rollout.n={int(m.get('chains', 8))}"]
-    if cpu:
-        rollout = cpu_rollout(cfg)
-        o += cpu_overrides(external_ray, rollout=keep_rollout(rollout, why) if keep else rollout)
-    else:
-        rollout = str(v.get("rollout", "vllm"))
-        o += [
-            f"trainer.n_gpus_per_node={int(v.get('n_gpus_per_node', 8))}", f"trainer.nnodes={int(v.get('nnodes', 1))}",
-            f"actor_rollout_ref.rollout.name={keep_rollout(rollout, why) if keep else rollout}",
-            f"actor_rollout_ref.rollout.tensor_model_parallel_size={int(v.get('tensor_parallel_size', 1))}",
-            f"actor_rollout_ref.rollout.gpu_memory_utilization={float(v.get('gpu_memory_utilization', 0.6))}",
-            f"actor_rollout_ref.actor.strategy={v.get('strategy', 'fsdp2')}",
-            f"actor_rollout_ref.model.use_remove_padding={bool(v.get('remove_padding', True))}",
-            f"actor_rollout_ref.rollout.enforce_eager={bool(v.get('enforce_eager', False))}",
-            # named, never verl's default (flash_attention_2, which needs flash-attn): sdpa comes with torch
-            # (rtpo.verl_ext.startup checks the GPU environment spec installs the one named)
-            f"+actor_rollout_ref.model.override_config.attn_implementation={v.get('attn_implementation', 'sdpa')}",
-            # entropy (ARPO's branching signal, Tree-GRPO's bonus, verl's metrics) in fp32 chunks, recomputed in
-            # backward: no T x |V| softmax copies next to the logits
-            "actor_rollout_ref.actor.entropy_from_logits_with_chunking=True",
-            "actor_rollout_ref.actor.entropy_checkpointing=True",
-        ]
-        if v.get("ulysses_sequence_parallel_size"):  # the ref follows the actor's (oc.select in verl's ref config)
-            o.append(f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={int(v['ulysses_sequence_parallel_size'])}")
-        if v.get("use_fused_kernels") is not None:
-            o.append(f"actor_rollout_ref.model.use_fused_kernels={bool(v['use_fused_kernels'])}")
+    rollout = cpu_rollout(cfg) if cpu else str(v.get("rollout", "vllm"))
+    settings = job_settings(cfg, keep_rollout(rollout, why) if keep else rollout)
+    if cpu:  # the one place the device changes a setting: what a CPU cannot run (tests/test_verl_parity.py)
+        from rtpo.verl_ext.cpu_harness.forced import cpu_forced
+
+        settings = cpu_forced(settings, external_ray=external_ray)
+    o += [f"{k}={val if isinstance(val, Raw) else hydra_value(val, k)}" for k, val in settings.items()]
     o += [str(x) for x in v.get("overrides", []) or []]  # verl.overrides: anything else, verbatim
     return o
 
@@ -326,37 +317,59 @@ def cpu_rollout(cfg: dict[str, Any]) -> str:
     return r
 
 
-def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list[str]:
-    """What verl needs to train on CPU through the harness (docs/verl.md, DESIGN "verl on CPU").
+# verl.dtype -> the actor's and reference's FSDP mixed precision (None: verl's default, bf16 parameters with fp32
+# gradient reduction and buffers, FSDPEngine._build_fsdp_module) and the rollout's dtype
+MIXED_PRECISION = {"bfloat16": None, "float16": "{param_dtype:fp16,reduce_dtype:fp32,buffer_dtype:fp32}",
+                   "float32": "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"}
 
-    external_ray: a Ray cluster is already running (RAY_ADDRESS set; default: read the environment).
-    It must then have been started with ``--num-cpus 32 --num-gpus 1`` (logical resources) and the
-    environment of `verl_env(cpu=True)`; otherwise main_ppo starts one with those resources.
-    rollout: "hf" (sleep discards the server's weights, as vLLM's level 2) or "hf_keep" (keeps them),
-    or vLLM's CPU build, "vllm" / "vllm_keep" (`vllm_cpu.rollout_overrides`: no sleep on a CPU, so
-    both keep their weights).
-    """
-    from rtpo.verl_ext.cpu_harness import vllm_cpu
 
-    if rollout not in ("hf", "hf_keep", *vllm_cpu.ROLLOUTS):
-        raise ValueError(f"the CPU harness serves the rollouts hf, hf_keep, vllm and vllm_keep, not {rollout!r}")
-    if external_ray is None:
-        external_ray = bool(os.environ.get("RAY_ADDRESS"))
-    mp = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"  # fp32: rollout and training agree to ~1e-6
-    ray = [] if external_ray else ["ray_kwargs.ray_init.num_cpus=32", "+ray_kwargs.ray_init.num_gpus=1"]
-    return [
-        "trainer.device=cpu", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", *ray,
-        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        *(vllm_cpu.rollout_overrides(rollout) if rollout in vllm_cpu.ROLLOUTS else
-          [f"actor_rollout_ref.rollout.name={rollout}", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"]),
-        "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.model.use_remove_padding=False",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={mp}",
-        f"+actor_rollout_ref.ref.fsdp_config.mixed_precision={mp}",
-        "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
-        "actor_rollout_ref.ref.fsdp_config.use_torch_compile=False",
-        "data.dataloader_num_workers=0",
-    ]
+def compute_dtype(cfg: dict[str, Any], rollout: str) -> str:
+    """verl.dtype: the dtype the rollout samples and the actor computes in (FSDP mixed precision). Default
+    bfloat16 (verl's, the paper's); the CPU harness's HF rollout ("hf", "hf_keep": the local engine's fp32
+    sampler) samples in float32 and defaults to it."""
+    hf = str(rollout) in ("hf", "hf_keep")
+    dtype = str(_verl_cfg(cfg).get("dtype", "float32" if hf else "bfloat16"))
+    if dtype not in MIXED_PRECISION:
+        raise ValueError(f"verl.dtype must be one of {sorted(MIXED_PRECISION)}, got {dtype!r}")
+    if hf and dtype != "float32":
+        raise ValueError(f"verl.cpu_rollout hf samples in float32 (the local engine's sampler), not verl.dtype "
+                         f"{dtype}: set verl.dtype: float32, or verl.cpu_rollout: vllm (vLLM's CPU build runs it)")
+    return dtype
+
+
+def job_settings(cfg: dict[str, Any], rollout: str) -> dict[str, Any]:
+    """The layout, precision, kernels and rollout-server settings of a training job, as Hydra overrides
+    (key -> value) at the config's values, whatever the device: config/paper.yaml's on the cluster and in
+    its rehearsal alike. The CPU harness then replaces only what a CPU cannot run
+    (`cpu_harness.forced.cpu_forced`; tests/test_verl_parity.py holds the two apart by a commented list)."""
+    v = _verl_cfg(cfg)
+    dtype = compute_dtype(cfg, rollout)
+    a = "actor_rollout_ref"
+    s: dict[str, Any] = {
+        "trainer.n_gpus_per_node": int(v.get("n_gpus_per_node", 8)), "trainer.nnodes": int(v.get("nnodes", 1)),
+        f"{a}.rollout.name": rollout,
+        f"{a}.rollout.tensor_model_parallel_size": int(v.get("tensor_parallel_size", 1)),
+        f"{a}.rollout.gpu_memory_utilization": float(v.get("gpu_memory_utilization", 0.6)),
+        f"{a}.rollout.dtype": dtype,
+        f"{a}.rollout.enforce_eager": bool(v.get("enforce_eager", False)),
+        f"{a}.rollout.agent.num_workers": int(v.get("agent_workers", 8)),
+        f"{a}.actor.strategy": str(v.get("strategy", "fsdp2")),
+        f"{a}.model.use_remove_padding": bool(v.get("remove_padding", True)),
+        # named, never verl's default (flash_attention_2, which needs flash-attn): sdpa comes with torch
+        # (rtpo.verl_ext.startup checks the GPU environment spec installs the one named)
+        f"+{a}.model.override_config.attn_implementation": str(v.get("attn_implementation", "sdpa")),
+        # entropy (ARPO's branching signal, Tree-GRPO's bonus, verl's metrics) in fp32 chunks, recomputed in
+        # backward: no T x |V| softmax copies next to the logits
+        f"{a}.actor.entropy_from_logits_with_chunking": True, f"{a}.actor.entropy_checkpointing": True,
+    }
+    if MIXED_PRECISION[dtype] is not None:
+        s[f"+{a}.actor.fsdp_config.mixed_precision"] = s[f"+{a}.ref.fsdp_config.mixed_precision"] = \
+            Raw(MIXED_PRECISION[dtype])
+    if v.get("ulysses_sequence_parallel_size"):  # the ref follows the actor's (oc.select in verl's ref config)
+        s[f"{a}.actor.ulysses_sequence_parallel_size"] = int(v["ulysses_sequence_parallel_size"])
+    if v.get("use_fused_kernels") is not None:
+        s[f"{a}.model.use_fused_kernels"] = bool(v["use_fused_kernels"])
+    return s
 
 
 def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
@@ -695,11 +708,9 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         print(json.dumps(write_untrained(args.method, args.task, int(args.seed), out, args.model, s["psi"])))
         return 0
     check_verl_version()
+    # before any data or Ray: the driver and CUDA checks, then the device (a config asking for CUDA on a node
+    # that cannot run it stops here, exit 2, naming the driver found and needed; never a CPU run instead)
     cpu = use_cpu_harness(cfg)
-    if not cpu:  # before any data or Ray: a driver too old for the CUDA build fails at the first CUDA call
-        from rtpo.verl_ext.gpu_env import check_nvidia_driver
-
-        check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
     from rtpo.run_record import read_record
@@ -712,9 +723,12 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         # a Slurm job: slurm_ray.sh starts the Ray cluster on the allocation and main_ppo joins it -- on the
         # CPU harness too (the rehearsal, docs/rehearsal.md), with the harness's logical resources
         cmd = ["bash", str(SLURM_SCRIPT), *cmd]
-        if cpu:
-            env.setdefault("RTPO_GPUS_PER_NODE", "1")
-            env.setdefault("RTPO_CPUS_PER_NODE", "32")
+        if cpu:  # Ray's logical resources of the CPU harness (cpu_harness.forced: a "GPU" per rank)
+            from rtpo.verl_ext.cpu_harness.forced import RAY_CPUS
+
+            gpus = next(x.split("=", 1)[1] for x in ov if x.startswith("trainer.n_gpus_per_node="))
+            env.setdefault("RTPO_GPUS_PER_NODE", gpus)
+            env.setdefault("RTPO_CPUS_PER_NODE", str(RAY_CPUS))
     (out / "verl_command.json").write_text(json.dumps({"cmd": cmd, "cpu_harness": cpu}, indent=1))
     keep = checkpoint_keep(s["train"])
     prune_checkpoints(out, keep)  # an earlier attempt's older checkpoints: verl's rotation never sees them

