@@ -10,6 +10,7 @@ common.smk turns into a WorkflowError naming the config files.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -161,16 +162,17 @@ class SeedJob:
         return str(wildcards.seed) if self.seeds is None else " ".join(str(s) for s in self.seeds)
 
 
-# The training job: `rtpo train` over the job's seeds. `--stamp` is the checkpoint guard
-# (rtpo.checkpoints.job_guard): a run directory resumes only from a checkpoint this very job left behind
-# (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete, a failed seed); a rerun because settings
-# changed, an input was rebuilt, --forcerun or a deleted output starts from scratch. `exec`: the job's
-# process is `rtpo train` itself, which on SIGTERM / SIGINT finishes its step, saves a checkpoint and
-# exits 143 (Slurm signals every process of the job; no shell in between to die first).
+# The training job: `rtpo train` over the job's seeds, each the experiment's run of its key (`--scope`,
+# `--variant`, task, method, seed), which brings its own `--set` overrides and settings (rtpo.experiment).
+# `--job-guard` is the checkpoint guard (rtpo.checkpoints.job_guard, with the run's stamp): a run
+# directory resumes only from a checkpoint this very job left behind (Slurm timeout, preemption, Ctrl-C +
+# --rerun-incomplete, a failed seed); a rerun because settings changed, an input was rebuilt, --forcerun or
+# a deleted output starts from scratch. `exec`: the job's process is `rtpo train` itself, which on SIGTERM /
+# SIGINT finishes its step, saves a checkpoint and exits 143 (Slurm signals every process of the job; no
+# shell in between to die first).
 TRAIN_SHELL = ("exec rtpo train --config {params.config} --method {params.method} --task {params.task} "
-               "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.sets} "
-               "{params.key} "
-               "--out {params.out} --stamp {params.stamp} {params.logs} > {log.job} 2>&1")
+               "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.key} "
+               "--out {params.out} --job-guard {params.logs} > {log.job} 2>&1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,17 +270,22 @@ class Dag:
     def reused_cells(self) -> list[AblationCell]:
         return [c for c in self.cells if self.reused[c.key] is not None]
 
-    def reused_runs(self) -> dict[str, tuple[str, str, int]]:
-        """{run key of a copied arm's seed: the main run (task, method, seed) it copies}."""
-        return {c.run_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+    @functools.cached_property
+    def copied_runs(self) -> dict[str, Run]:
+        """{the {run} wildcard of a copied arm's seed (its key + /seedS): its Run, whose copy_of is the main run}."""
+        return {f"{r.scope}/{r.variant}/{r.task}/{r.method}/seed{r.seed}": r for r in self._copied()}
 
-    def reused_evals(self) -> dict[str, tuple[str, str, int]]:
-        """{eval key of a copied arm's seed: the main run (task, method, seed) whose eval JSON it copies}."""
-        return {c.eval_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+    @functools.cached_property
+    def copied_evals(self) -> dict[str, Run]:
+        """{the {evalrun} wildcard of a copied arm's evaluation (its key + /eval_seedS): its Run}."""
+        return {f"{r.scope}/{r.variant}/{r.task}/{r.method}/eval_seed{r.seed}": r for r in self._copied()}
+
+    def _copied(self) -> list[Run]:
+        return [r for r in self.experiment.runs if r.scope not in (MAIN, SWEEP) and r.copy_of is not None]
 
     def cell(self, key: str) -> AblationCell:
-        """The arm of a {cell} wildcard value, or of a {run} / {evalrun} value (cell key + /seedS, /eval_seedS)."""
-        return self.cell_by_key[key] if key in self.cell_by_key else self.cell_by_key[key.rsplit("/", 1)[0]]
+        """The arm of a {cell} wildcard value."""
+        return self.cell_by_key[key]
 
     # ------------------------------------------------------------------ jobs of several seeds
     def seed_jobs(self, rule: str, seeds: Iterable[int]) -> list[SeedJob]:

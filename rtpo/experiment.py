@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -50,6 +49,7 @@ from typing import Any
 
 from rtpo.config import data_settings, method_settings, set_path
 from rtpo.methods.cards import card
+from rtpo.run_record import fingerprint, job_stamp, stamp
 
 MAIN = "main"          # the scope of the main grid's runs (an ablation run's scope is its study)
 SWEEP = "sweep"        # the scope of the mechanism sweep's runs
@@ -129,16 +129,6 @@ def eval_file(task: str, method: str, seed: int, scope: str = MAIN, variant: str
 
 def data_file(task: str, split: str, root: str = RESULTS) -> str:
     return f"{root}/data/{task}/{split}.jsonl"
-
-
-def fingerprint(obj: Any) -> str:
-    """Canonical JSON: the same settings give the same string whatever the key order."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def stamp(settings_json: str) -> str:
-    """The checkpoint stamp of a training job (16 hex digits of the sha256 of its settings JSON)."""
-    return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,11 +395,23 @@ class RunKey:
         return "/".join(str(v) for v in (self.scope, self.variant or "-", self.task, self.method, f"seed{self.seed}"))
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run trains from and is evaluated on (paths under the DAG's results root) and the settings the
+    jobs that built them read (`rtpo data`, `rtpo base-model` / `rtpo sweep-base`)."""
+
+    train_file: str
+    eval_data: str
+    base_model: str
+    data_settings: dict = field(repr=False, compare=False)
+    base_settings: dict = field(repr=False, compare=False)
+
+
 @dataclass(frozen=True, eq=False)
 class Run:
     """One run of the experiment: its key, `--set` overrides, the seeds of its training job, and the run it
     copies (None: it trains); `value` is an ablation variant's config value. Its effective settings (what
-    `rtpo train` trains with) and the stamp of those settings and its inputs are computed on first use,
+    `rtpo train` trains with), its inputs and the identity run.json records of it are computed on first use,
     once per setting (`Experiment.run_settings`), so that listing runs needs only the grid's keys."""
 
     key: RunKey
@@ -423,7 +425,7 @@ class Run:
         """The main run this ablation arm's run copies (same settings, same seed), None when it trains."""
         if self.scope in (MAIN, SWEEP):
             return None
-        src = self.experiment.copies[f"{self.scope}/{self.variant}/{self.task}/{self.method}"]
+        src = self.experiment.copies.get(f"{self.scope}/{self.variant}/{self.task}/{self.method}")
         return None if src is None else RunKey(MAIN, "", src[0], src[1], self.seed)
 
     @property
@@ -434,11 +436,28 @@ class Run:
         return self.experiment.run_settings(self.method, self.task, self.sets)
 
     @property
+    def config(self) -> dict[str, Any]:
+        """The config this run trains with: the experiment's, after the run's `sets`."""
+        return self.experiment.config_with(self.sets, f"the --set of run {self.key}")
+
+    @property
+    def inputs(self) -> RunInputs:
+        return self.experiment.run_inputs(self)
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What run.json says of this run before it trains (rtpo.run_record.make_record adds the inputs'
+        sha256, the code and the steps): key, copy_of, settings, and its inputs' paths and settings."""
+        i = self.inputs
+        return {"key": self.key.as_dict(), "copy_of": None if self.copy_of is None else self.copy_of.as_dict(),
+                "settings": self.settings,
+                "inputs": {"train_file": {"path": i.train_file, "settings": i.data_settings},
+                           "base_model": {"path": i.base_model, "settings": i.base_settings}}}
+
+    @property
     def stamp(self) -> str:
-        """The checkpoint stamp: the settings and those of every input (data, base model)."""
-        if self.scope == SWEEP:
-            return self.experiment.sweep_train_stamp(self.experiment.sweep_cell(self.key))
-        return self.experiment.train_stamp(self.method, self.task, self.sets)
+        """The job stamp (rtpo.run_record.job_stamp of its identity): its settings and its inputs' settings."""
+        return self.experiment.run_stamp(self)
 
     @property
     def eval_settings(self) -> dict[str, Any]:
@@ -622,6 +641,25 @@ class Experiment:
         except KeyError:
             raise KeyError(f"no run {key} in this config") from None
 
+    def run_for(self, key: RunKey) -> Run:
+        """The run `rtpo train` trains for `key`: the experiment's run of that key, or, for a main-grid key the
+        grid does not list (another seed, a task or method the config's lists leave out), a run with the main
+        grid's settings of that (task, method), trained alone. An ablation or sweep key must be one of the
+        config's (ValueError naming the known variants)."""
+        if key in self.by_key:
+            return self.by_key[key]
+        if key.scope == MAIN:
+            if key.variant:
+                raise ValueError(f"run {key}: a main-grid run has no variant (got --variant {key.variant!r})")
+            return Run(key, (), (key.seed,), experiment=self)
+        known = sorted({f"{r.variant} ({r.task}, {r.method}, seeds {list(r.seed_group)})"
+                        for r in self.runs if r.scope == key.scope})
+        scopes = sorted({r.scope for r in self.runs if r.scope != MAIN})
+        if not known:
+            raise ValueError(f"run {key}: this config has no runs of scope {key.scope!r} (its scopes: main"
+                             f"{', ' + ', '.join(scopes) if scopes else ''})")
+        raise ValueError(f"run {key} is not one of this config's {key.scope} runs: {'; '.join(known)}")
+
     def table_runs(self, name: str) -> list[Run]:
         """The runs table `name` reads: the main grid's, or a study's arms plus the main runs of the same
         (task, method) (the arm that is the main configuration copies them and the ledger adds their other
@@ -683,6 +721,31 @@ class Experiment:
             self._stamps[key] = stamp(fingerprint(self.train_settings(method, task, sets)))
         return self._stamps[key]
 
+    def run_inputs(self, run: Run) -> RunInputs:
+        """The inputs of a run: its task's data and the base model, or for a sweep run its horizon's data and
+        the sweep base model; with the settings that built them (computed once per input)."""
+        if run.scope == SWEEP:
+            hops = self.sweep_cell(run.key).hops
+            key = ("inputs", SWEEP, hops)
+            if key not in self._settings:
+                self._settings[key] = RunInputs(f"{sweep_data_dir(hops)}/train.jsonl", f"{sweep_data_dir(hops)}/eval.jsonl",
+                                                SWEEP_BASE, self.sweep_data_settings(hops), self.sweep_base_settings())
+        else:
+            key = ("inputs", MAIN, run.task)
+            if key not in self._settings:
+                self._settings[key] = RunInputs(data_file(run.task, "train"), data_file(run.task, "eval"),
+                                                f"{RESULTS}/models/base", self.data_settings(run.task),
+                                                self.base_model_settings())
+        return self._settings[key]
+
+    def run_stamp(self, run: Run) -> str:
+        """rtpo.run_record.job_stamp of the run's identity (the same value as its job's `train_stamp`)."""
+        key = ("run-stamp", run.scope == SWEEP, run.variant if run.scope == SWEEP else "", run.method, run.task,
+               run.sets)
+        if key not in self._stamps:
+            self._stamps[key] = job_stamp(run.identity)
+        return self._stamps[key]
+
     # ------------------------------------------------------------------ the sweep's settings
     def sweep_cell(self, key: RunKey) -> SweepCell:
         return self.sweep_by_key[f"{key.variant}/{key.method}"]
@@ -724,5 +787,5 @@ __all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES",
            "variant_name", "study_variant", "study_tasks", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
            "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
            "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
-           "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
+           "sweep_cells", "seed_groups", "group_label", "RunKey", "RunInputs", "Run", "Variant",
            "Study", "studies_of", "Experiment"]

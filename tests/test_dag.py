@@ -76,8 +76,11 @@ def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
     assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert d.cell_by_key["group_size/G2/airline/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert set(cpu["ablations"]["seeds"]) < set(cpu["seeds"])   # the CPU default has main seeds beyond them
-    assert d.reused_runs()["sync/per_stage/search/rtpo/seed2"] == ("search", "rtpo", 2)
-    assert d.cell("sync/per_stage/search/rtpo/eval_seed1").key == "sync/per_stage/search/rtpo"
+    copied = d.copied_runs["sync/per_stage/search/rtpo/seed2"]
+    assert copied.copy_of == experiment.RunKey("main", "", "search", "rtpo", 2)
+    assert copied.key == experiment.RunKey("sync", "per_stage", "search", "rtpo", 2)
+    assert d.copied_evals["sync/per_stage/search/rtpo/eval_seed1"].copy_of.eval_file() == \
+        "results/eval/search/rtpo/seed1.json"
     cfg = copy.deepcopy(cpu)
     cfg["ablations"]["reuse_main_runs"] = False
     assert dag.Dag(cfg).reused_cells() == []
@@ -229,18 +232,19 @@ def test_effective_config_is_named_by_its_content(cpu):
 
 
 def test_train_shell_names_the_params_the_rules_give():
-    fields = {"params.stamp", "params.config", "params.method", "params.task", "params.seeds", "params.out",
-              "input.model", "input.train", "params.sets", "params.key", "params.logs", "log.job"}
+    fields = {"params.config", "params.method", "params.task", "params.seeds", "params.out",
+              "input.model", "input.train", "params.key", "params.logs", "log.job"}
     import string
 
     used = {f for _, f, _, _ in string.Formatter().parse(dag.TRAIN_SHELL) if f}
     assert used == fields
-    shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seeds="0 1",
-                                                                sets=dag.set_args(["a.b=1 2"]), out="'o/seed{seed}'",
+    shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(config="c", method="m", task="t", seeds="0 1",
+                                                                out="'o/seed{seed}'",
                                                                 key=dag.key_args("sync", "kl-0.01"),
                                                                 logs="--log 'l/seed{seed}.log'"),
                                    input=types.SimpleNamespace(model="M", train="T"), log=types.SimpleNamespace(job="L"))
     assert shell.startswith("exec rtpo train ")   # the job's process is rtpo itself: it gets Slurm's SIGTERM
-    assert ("--seed 0 1 --model M --train-file T --set 'a.b=1 2' --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
-            "--stamp s --log 'l/seed{seed}.log' > L 2>&1") in shell
+    # the run's --set overrides come from its key (rtpo.experiment), not the command line
+    assert ("--seed 0 1 --model M --train-file T --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
+            "--job-guard --log 'l/seed{seed}.log' > L 2>&1") in shell
     assert dag.key_args("main") == "--scope main"

@@ -185,7 +185,7 @@ def test_jsonl_is_strict_json(tmp_path):
 def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     """Before the run guards, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
     rtpo, steps 1-2 grpo, and the summary said grpo."""
-    from rtpo.checkpoints import CheckpointError
+    from rtpo.run_record import RunMismatch
     from rtpo.train import train
 
     d, cfg = setup
@@ -201,7 +201,7 @@ def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     else:
         other["method"]["rtpo"]["group_size"] = 3
         want = r"run\.json: the run was trained with other settings \(differ in: method\)"
-    with pytest.raises(CheckpointError, match=want):
+    with pytest.raises(RunMismatch, match=want):
         train(method, "airline", other, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     assert (out / "metrics.jsonl").read_text() == before  # nothing changed
     # the same run with more steps resumes (extending a finished run is allowed)

@@ -100,7 +100,7 @@ def test_study_seeds_replace_the_ablation_seeds_for_their_arms():
     assert arms["sync/interval-2/search/rtpo"] == (0,)
     # the on-policy twin copies the main runs of all four seeds (the main cell has them), no retrain
     assert d.reused["continuation/on_policy/search/rtpo"] == ("search", "rtpo")
-    assert {k for k in d.reused_runs() if k.startswith("continuation/")} == \
+    assert {k for k in d.copied_runs if k.startswith("continuation/")} == \
         {f"continuation/on_policy/search/rtpo/seed{s}" for s in range(4)}
     jobs = d.ablation_seed_jobs("ablation_train")
     by_rule = {j.rule: (j.seeds, j.wildcard_constraints["cell"]) for j in jobs}

@@ -22,7 +22,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         name:
             _job.rule
         input:
-            train=lambda wildcards: data_file(cell_of(wildcards).task, "train"),
+            train=lambda wildcards: experiment.data_file(cell_of(wildcards).task, "train"),
             model="results/models/base",
         output:
             summary=_job.paths(f"{_run}/summary.json"),
@@ -39,24 +39,18 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         conda:
             CONDA_ENV
-        threads: THREADS
+        threads: PIPELINE.threads
         params:
             **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
-            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
             key=lambda wildcards: dag.key_args(cell_of(wildcards).study, cell_of(wildcards).variant),
-            settings=lambda wildcards: fingerprint(
-                run_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-            ),
-            stamp=lambda wildcards: stamp(
-                fingerprint(
-                    train_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-                )
+            settings=lambda wildcards: experiment.fingerprint(
+                PIPELINE.run_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
             ),
             config=config_path,
         shell:
-            TRAIN_SHELL
+            dag.TRAIN_SHELL
 
 
 for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
@@ -66,7 +60,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             _job.rule
         input:
             model=_job.paths("results/ablations/{cell}/seed{seed}/final"),
-            eval=lambda wildcards: data_file(cell_of(wildcards).task, "eval"),
+            eval=lambda wildcards: experiment.data_file(cell_of(wildcards).task, "eval"),
         output:
             result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
         log:
@@ -81,7 +75,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         conda:
             CONDA_ENV
-        threads: THREADS
+        threads: PIPELINE.threads
         params:
             **seed_params(
                 _job,
@@ -90,9 +84,9 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             ),
             method=lambda wildcards: cell_of(wildcards).method,
             task=lambda wildcards: cell_of(wildcards).task,
-            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-            settings=lambda wildcards: fingerprint(
-                eval_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
+            sets=lambda wildcards: dag.set_args(cell_of(wildcards).sets),
+            settings=lambda wildcards: experiment.fingerprint(
+                PIPELINE.eval_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
             ),
             config=config_path,
             engine=eval_engine,
@@ -107,26 +101,26 @@ rule ablation_reuse_run:
     # the main run's records and summary, and its run.json under the arm's key with copy_of the main run's
     # (rtpo.run_record.copy_run): the report reads that the arm is a copy from the run itself
     input:
-        summary=lambda wildcards: f"{run_dir(*REUSED[wildcards.run])}/summary.json",
+        summary=lambda wildcards: f"{copied_run(wildcards).copy_of.run_dir()}/summary.json",
     output:
         summary="results/ablations/{run}/summary.json",
     log:
         "results/logs/ablations/{run}/reuse.log",
     wildcard_constraints:
-        run=REUSED_RUNS,
+        run=dag.keys_regex(PIPELINE.copied_runs),
     run:
-        copy_reused_run(wildcards.run, input.summary, output.summary, log[0])
+        copy_reused_run(copied_run(wildcards), input.summary, output.summary, log[0])
 
 
 rule ablation_reuse_eval:
     input:
-        result=lambda wildcards: eval_file(*REUSED_EVAL[wildcards.evalrun]),
+        result=lambda wildcards: copied_run(wildcards).copy_of.eval_file(),
     output:
         result="results/ablations/{evalrun}.json",
     log:
         "results/logs/ablations/{evalrun}.log",
     wildcard_constraints:
-        evalrun=REUSED_EVALS,
+        evalrun=dag.keys_regex(PIPELINE.copied_evals),
     conda:
         CONDA_ENV
     shell:
@@ -142,6 +136,6 @@ rule theory:
         CONDA_ENV
     threads: 1
     params:
-        quick="--quick" if ABLATIONS.get("theory", {}).get("quick", False) else "",
+        quick="--quick" if PIPELINE.ablations.get("theory", {}).get("quick", False) else "",
     shell:
         "rtpo theory --out {output} {params.quick} > {log} 2>&1"
