@@ -129,7 +129,7 @@ def train_run(run: Run, out: str | Path, model_dir: str | Path | None = None, tr
     if stop is None:
         with StopOnSigterm() as own:
             return train_run(run, out, model_dir, train_file, progress, own)
-    with exclusive(out, "training into"):
+    with exclusive(out, "training into", directory=True):
         return _train(run, Path(out), model_dir, train_file, progress, stop)
 
 
@@ -258,7 +258,7 @@ def train_seeds(method: str, task: str, cfg: dict[str, Any], seeds: list[int], o
     dirs = seed_dirs(out, seeds)
     with contextlib.ExitStack() as locks:
         for d in dirs:  # every seed's directory before the job guard clears any of them
-            locks.enter_context(exclusive(d, "training into"))
+            locks.enter_context(exclusive(d, "training into", directory=True))
         return _train_seeds(runs, dirs, model_dir, train_file, job_guard, progress, log)
 
 

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from rtpo.cli import main as rtpo_main
-from rtpo.report.load import load_results, read_eval_json, read_metrics_jsonl, select_window
+from rtpo.report.load import load_results, select_window
+from rtpo.report.read import read_eval_json, read_metrics_jsonl
 from rtpo.report.stats import (
     INCONCLUSIVE, KIND_STRUCTURAL, NOT_REPRODUCED, REPRODUCED, VERDICTS, direction_verdict, equivalence_verdict,
     structural_verdict, summarize, t975, theory_verdict,
@@ -643,7 +644,7 @@ def test_tables_do_not_depend_on_timings(tree, tmp_path):
 
 
 def test_problem_summary_and_per_problem_input(tmp_path):
-    from rtpo.report.load import read_eval_problems
+    from rtpo.report.read import read_eval_problems
     from rtpo.report.stats import paired_cells, problem_summary
 
     cells = {0: {"a": {"p1": 1.0, "p2": 0.0}, "b": {"p3": 0.5, "p4": 0.5, "p5": 1.0}},
@@ -658,10 +659,12 @@ def test_problem_summary_and_per_problem_input(tmp_path):
     d = paired_cells(cells, {0: {"a": {"p1": 0.0}}, 1: {"a": {"p1": 0.5, "p9": 1.0}}})
     assert d == {0: {"a": {"p1": 1.0}}, 1: {"a": {"p1": 0.0}}}
     e = tmp_path / "seed0.json"
-    e.write_text(json.dumps({"per_problem": [{"id": "x", "benchmark": "b", "successes": 5, "samples": 4}]}))
-    with pytest.raises(ValueError, match=r"seed0\.json: per_problem\[0\]: successes 5 / samples 4"):
+    doc = {"task": "math", "method": "rtpo", "seed": 0, "k": 4, "benchmarks": {"b": {"pass@1": 0.5}},
+           "overall": {"pass@1": 0.5}}
+    e.write_text(json.dumps({**doc, "per_problem": [{"id": "x", "benchmark": "b", "successes": 5, "samples": 4}]}))
+    with pytest.raises(ValueError, match=r"seed0\.json: per_problem\[0\]: successes 5 > samples 4"):
         read_eval_problems(e)
-    e.write_text(json.dumps({"task": "math"}))
+    e.write_text(json.dumps(doc))   # an eval JSON written before per_problem existed
     assert read_eval_problems(e) == []
 
 

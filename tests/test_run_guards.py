@@ -83,7 +83,7 @@ def test_two_trainers_on_one_out_the_second_is_refused_and_the_first_finishes(se
 
 
 def test_a_killed_holder_does_not_block_the_rerun(tmp_path):
-    from rtpo.atomic import Busy, exclusive
+    from rtpo.atomic import Busy, exclusive, lock_holder
 
     run = tmp_path / "run"
     holder = _holder(run)
@@ -91,8 +91,8 @@ def test_a_killed_holder_does_not_block_the_rerun(tmp_path):
         pass
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
-    with exclusive(run) as lf:  # the kernel released it with the process
-        assert lf.read_text().strip() == str(os.getpid())
+    with exclusive(run) as locked:  # the kernel released it with the process
+        assert lock_holder(locked) == os.getpid()
         with exclusive(run):  # re-entrant within one process (train_seeds, then train of one seed)
             pass
     with exclusive(run):  # and released after the outermost block
@@ -275,6 +275,46 @@ def test_a_symlinked_out_takes_its_targets_lock(tmp_path):
         holder.wait(timeout=30)
     with exclusive(link):   # released with the holder
         pass
+
+
+BIND = """
+import subprocess, sys
+from rtpo.atomic import Busy, exclusive
+src, mnt, path = sys.argv[1:4]
+r = subprocess.run(["mount", "--bind", src, mnt], capture_output=True, text=True)
+if r.returncode:
+    print("NO-MOUNT", r.stderr.strip()); sys.exit(0)
+try:
+    with exclusive(path, "training into"):
+        print("LOCKED")
+except Busy as e:
+    print("BUSY", e)
+"""
+
+
+@pytest.mark.parametrize("mount", ["the run directory", "its parent"])
+def test_a_bind_mounted_run_directory_meets_the_same_lock(tmp_path, mount):
+    """A bind mount of the run directory used as --out got around the writer lock: the lock file beside each
+    path was another file, so two writers trained into one directory (duplicated records). The lock is the
+    directory's own now (the kernel keys it by device and inode), so every path to it meets the same one."""
+    real = tmp_path / "runs" / "seed0"
+    real.mkdir(parents=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src, path = (real, mnt) if mount == "the run directory" else (real.parent, mnt / "seed0")
+    holder = _holder(real)
+    try:
+        # a mount namespace of its own (unshare -rm: no privilege needed), so nothing stays mounted
+        r = subprocess.run(["unshare", "-rm", sys.executable, "-c", BIND, str(src), str(mnt), str(path)], cwd=ROOT,
+                           env=_env(), capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here: cannot make a bind mount without privileges")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    if r.returncode != 0 or r.stdout.startswith("NO-MOUNT"):
+        pytest.skip(f"this machine refuses an unprivileged bind mount: {r.stdout.strip()} {r.stderr.strip()[-300:]}")
+    assert r.stdout.startswith("BUSY") and f"pid {holder.pid}" in r.stdout, r.stdout + r.stderr
 
 
 # ------------------------------------------------------------------------------ a model that fits the config

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from rtpo.experiment import Experiment
-from rtpo.report.load import load_results, read_eval_json
-from tests.report_fixture import fixture_config, make_results_tree
+from rtpo.report.load import load_results
+from rtpo.report.read import read_eval_json
+from tests.report_fixture import fixture_config, make_results_tree, recompute_pass1
 
 
 @pytest.fixture()
@@ -49,7 +50,10 @@ def test_in_range_values_and_a_signed_reward_are_read(tree):
     res, cfg = tree
     path = _eval_path(res, cfg)
     doc = json.loads(path.read_text())
-    doc["overall"].update({"pass@1": 1.0, "reward": -0.5, "n": 0})
+    for p in doc["per_problem"]:
+        p["successes"] = p["samples"]   # every sample solved: pass@1 = 1.0, the upper end of its range
+    recompute_pass1(doc)
+    doc["overall"]["reward"] = -0.5
     path.write_text(json.dumps(doc))
     rows = read_eval_json(path)
     assert next(r for r in rows if r["benchmark"] == "overall")["reward"] == -0.5
@@ -99,7 +103,15 @@ def test_the_report_reads_copies_and_settings_from_the_runs(tree):
     edited = json.loads(json.dumps(cfg))
     edited["method"]["rtpo"]["group_size"] = 99
     assert load_results(res, edited).main_setting("rtpo", st.task, "group_size") == g
-    # a run without run.json is listed as missing, not guessed
+    # a run without run.json is not guessed: its records are refused (nothing says they are the whole run), and
+    # an untrained run's (no records) is listed as missing
     run = Path(exp.select("main", task="math", method="rtpo")[0].run_dir(str(res)))
+    kept = (run / "run.json").read_text()
     (run / "run.json").unlink()
-    assert str(run / "run.json") in load_results(res, cfg).missing
+    with pytest.raises(ValueError, match=rf"{run / 'metrics.jsonl'}: 3 step records without the run's record "
+                                         rf"{run / 'run.json'}"):
+        load_results(res, cfg)
+    (run / "run.json").write_text(kept)
+    vanilla = Path(exp.select("main", task="math", method="vanilla")[0].run_dir(str(res)))
+    (vanilla / "run.json").unlink()
+    assert str(vanilla / "run.json") in load_results(res, cfg).missing

@@ -42,7 +42,7 @@ import pandas as pd
 from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.experiment import SWEEP, UNTRAINED, Experiment, RunKey, variant_name
 from rtpo.methods.cards import card
-from rtpo.report.load import check_run, read_eval_json, read_metrics_jsonl
+from rtpo.report.read import check_run, read_eval_json, read_metrics_jsonl
 from rtpo.report.paper_reference import PaperFigure
 from rtpo.report.stats import (INCONCLUSIVE, KIND_EMPIRICAL, KIND_STRUCTURAL, NO_EFFECT,
                                NOT_REPRODUCED, REPRODUCED, SMALLER, effect_verdict, summarize, unscorable)
@@ -77,7 +77,7 @@ def _required(path: Path) -> Path:
 
 def _step_means(path: Path, key: RunKey) -> dict[str, float]:
     """Mean over a run's step records of each of STEP_METRICS (NaN where no record measured it), read by the
-    report's reader (rtpo.report.load.read_metrics_jsonl: a bad or non-finite value names path:line), plus
+    report's reader (rtpo.report.read.read_metrics_jsonl: a bad or non-finite value names path:line), plus
     `adam_steps_per_step`: the optimizer steps the run took per training step (its last record's
     train_version over its records: RTPO takes one per turn stage, a flat method one).
 
@@ -102,7 +102,7 @@ def load_sweep(results: str | Path, cfg: dict[str, Any]) -> pd.DataFrame:
     """One row per (K, psi, method, seed) of config `sweep`: its arm (contrast, optional, no-RL), whether it
     trains, pass@1 and hit (eval JSON `overall`) and, for a run that trains, the step-record means of
     STEP_METRICS and its Adam steps per step. The runs are the experiment's (rtpo.experiment, scope "sweep"),
-    read with the main report's readers (rtpo.report.load); an untrained run has no step records."""
+    read with the main report's readers (rtpo.report.read); an untrained run has no step records."""
     root = str(results)
     exp = Experiment(cfg)
     rows = []

@@ -52,7 +52,7 @@ def train_run(run: Run, out: str | Path, model_dir: str | Path | None = None, tr
     model_dir = run.inputs.base_model if model_dir is None else model_dir
     train_file = run.inputs.train_file if train_file is None else train_file
     out = Path(out)
-    with exclusive(out, "training into"):
+    with exclusive(out, "training into", directory=True):
         check_model_dir(model_dir)  # a truncated / corrupt model file: exit 2 naming it
         if guard:
             job_guard([out], run.stamp)
