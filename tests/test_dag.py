@@ -248,3 +248,18 @@ def test_train_shell_names_the_params_the_rules_give():
     assert ("--seed 0 1 --model M --train-file T --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
             "--job-guard --log 'l/seed{seed}.log' > L 2>&1") in shell
     assert dag.key_args("main") == "--scope main"
+
+
+def test_the_rules_call_the_pipeline_without_an_alias_layer_or_a_key_built_by_hand():
+    """common.smk re-exported ~40 names of the DAG (`run_settings = PIPELINE.run_settings`, ...), so a rule was
+    three hops from the code it ran, and built the run key of a copied arm's run.json by hand. The rules call
+    PIPELINE (rtpo.dag.Dag) and the modules dag / experiment directly, and a copied arm's key is its Run's."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "workflow"
+    common = (root / "rules" / "common.smk").read_text()
+    name = r"(?:PIPELINE|dag|experiment)\.[\w.]+"   # a name of the DAG, not a call of it
+    aliases = re.findall(rf"^\w[\w, ]* = \(?\s*{name}\b(?!\()[^\n]*$|^\s+{name},?\s*(?:#.*)?$", common, re.M)
+    assert not aliases, aliases
+    for f in [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]:
+        assert not re.search(r"[\"']scope[\"']\s*:", f.read_text()), f"{f} builds a run key by hand"

@@ -255,6 +255,78 @@ def test_shorter_rerun_of_a_finished_run_is_refused(setup):
     assert (out / "summary.json").read_text() == before and read_record(out)["steps"]["completed"] == 2
 
 
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["run.json deleted", "run.json without inputs"])
+def test_a_checkpoint_without_its_run_json_is_refused_naming_both(setup, damage):
+    """A run whose run.json was deleted (or lost its `inputs`) after it stopped resumed on another train file
+    at exit 0, mixing two data sets: the checkpoint's own identity held no data hash, and run.json was
+    compared only where it had one. The checkpoint carries run.json now, and a resume without a matching one
+    is refused, naming the checkpoint and the run.json; nothing changes."""
+    from rtpo.train import train
+
+    d, cfg = setup
+    out = d / f"no-record-{damage.split()[-1]}"
+    short = json.loads(json.dumps(cfg))
+    short["train"]["steps"] = 1
+    train("rtpo", "airline", short, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    if damage == "run.json deleted":
+        (out / "run.json").unlink()
+    else:
+        rec = json.loads((out / "run.json").read_text())
+        rec.pop("inputs")
+        (out / "run.json").write_text(json.dumps(rec))
+    other = d / "other-train-2.jsonl"
+    lines = (d / "data" / "train.jsonl").read_text().splitlines(keepends=True)
+    other.write_text("".join(lines[2:] + lines[:2]))   # another data set of the same task
+    before = _tree(out)
+    ck = out / "checkpoint" / "step-00000000"
+    with pytest.raises(ValueError, match=rf"{ck}.*{out / 'run.json'}") as e:
+        train("rtpo", "airline", cfg, 0, out, d / "model", other, progress=False)
+    assert "train_file" in str(e.value) or "without its run record" in str(e.value)
+    assert _tree(out) == before
+
+
+def test_a_rerun_with_the_steps_of_a_killed_runs_checkpoint_is_refused(setup, monkeypatch):
+    """A 4-step run with a held-out probe every 2 steps, stopped by SIGTERM after step 2 (checkpoint: steps
+    0-2, the probe at step 1 only), rerun with train.steps=3: before, it resumed at its last step, ran
+    nothing and ended as "3 of 3" without the last step's probe (the report then took step 1's probe as the
+    last). It is refused now, changing nothing; the same 4-step run resumes and ends with the probes an
+    uninterrupted run takes (steps 1 and 3)."""
+    import rtpo.train as train_mod
+    from rtpo.signals import Stopped, StopOnSigterm
+    from rtpo.train import train
+
+    d, cfg = setup
+    four = json.loads(json.dumps(cfg))
+    four["train"].update(steps=4, heldout_prompts=1, heldout_every=2)
+    out = d / "killed"
+    stop = StopOnSigterm()   # the flag a SIGTERM sets (not installed: set by hand in step 2)
+    real = train_mod.check_finite
+
+    def sigterm_during_step_2(rec, engine, step, *a):
+        real(rec, engine, step, *a)
+        stop.requested = stop.requested or step == 2
+
+    monkeypatch.setattr(train_mod, "check_finite", sigterm_during_step_2)
+    with pytest.raises(Stopped):
+        train("rtpo", "airline", four, 0, out, d / "model", d / "data" / "train.jsonl", progress=False, stop=stop)
+    monkeypatch.undo()
+    recs = _records(out / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [0, 1, 2] and [r["step"] for r in recs if "heldout_success" in r] == [1]
+    three = json.loads(json.dumps(four))
+    three["train"]["steps"] = 3
+    before = _tree(out)
+    with pytest.raises(ValueError, match=r"held-out probe at steps \[1\]; a 3-step run takes it at steps \[1, 2\]"):
+        train("rtpo", "airline", three, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert _tree(out) == before and not (out / "summary.json").exists()
+    train("rtpo", "airline", four, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    recs = _records(out / "metrics.jsonl")
+    assert [r["step"] for r in recs if "heldout_success" in r] == [1, 3]
+
+
 def test_a_symlinked_out_takes_its_targets_lock(tmp_path):
     """Two writers of one run directory by two names (the directory and a link to it) both ran before: one
     exited 0 with steps [0, 0, 1, 1, 2, 3, 4, 5]. The lock is the resolved path's."""
