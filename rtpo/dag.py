@@ -24,6 +24,7 @@ import yaml
 
 from rtpo.config import ConfigError
 from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
+                             study_methods,
                              data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp, study_tasks,
                              UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
 
@@ -84,11 +85,10 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
     for study in RTPO_STUDIES:
         if study in abl:
             need("method", "rtpo", f"'ablations.{study}'")
-    for study in ("credit_assignment", "mismatch"):
-        for m in abl.get(study, {}).get("methods", []):
-            need("method", m, f"'ablations.{study}.methods'")
-    if "matched_updates" in abl:
-        need("method", abl["matched_updates"]["method"], "'ablations.matched_updates.method'")
+    for study in ("credit_assignment", "mismatch", "matched_updates", "turn_rows"):
+        if study in abl:
+            for m in study_methods(abl, study):
+                need("method", m, f"'ablations.{study}.methods'")
     counts = cfg.get("seed_counts") or {}
     for t, by_method in counts.items():
         if t not in cfg["tasks"]:
@@ -108,7 +108,7 @@ def cross_reference_errors(cfg: Mapping[str, Any]) -> list[str]:
                       "(the airline study's runs are main-grid runs, trained in the main grid's seed groups)")
     airline_counts = (counts.get("airline") or {}) if "airline" in cfg["tasks"] else {}
     for m, n in airline_counts.items():
-        if per_job > 1 and not set(abl["seeds"]) <= set(range(int(n))):
+        if per_job > 1 and int(n) > 0 and not set(abl["seeds"]) <= set(range(int(n))):
             errors.append(f"'ablations.seeds' {abl['seeds']} must be among the {n} seeds of 'seed_counts.airline.{m}' "
                           "when seeds_per_job > 1 (the airline study's runs are main-grid runs, trained in that "
                           "cell's seed groups)")
@@ -412,7 +412,8 @@ class Dag:
 
     def ablation_targets(self, with_final: bool = False) -> list[str]:
         """Every arm's files, the airline study's main runs, and the theory checks."""
-        files = self.run_targets([r for r in self.experiment.runs if r.scope not in (MAIN, SWEEP)], with_final)
+        files = self.run_targets([r for r in self.experiment.runs
+                                  if r.scope != MAIN and not self.experiment.in_sweep_target(r)], with_final)
         if "airline" in self.tasks and self.cfg["ablations"]:
             airline = [r for r in self.experiment.select(MAIN, task="airline") if r.seed in self.ablation_seeds]
             files += self.run_targets(airline, with_final)
@@ -424,8 +425,10 @@ class Dag:
         return sorted(set(self.run_targets(self.experiment.table_runs(name))))
 
     def sweep_targets(self, with_final: bool = False) -> list[str]:
-        """Every run's summary.json (and final/) and eval JSON of the sweep."""
-        return sorted(self.run_targets(self.experiment.select(SWEEP), with_final))
+        """Every run's summary.json (and final/) and eval JSON of the sweep's target: the sweep's cells and the
+        arms of studies with `target: sweep`."""
+        return sorted(self.run_targets([r for r in self.experiment.runs
+                                        if r.scope != MAIN and self.experiment.in_sweep_target(r)], with_final))
 
     def all_results(self) -> list[str]:
         """Everything the report rules read."""

@@ -56,9 +56,11 @@ SWEEP = "sweep"        # the scope of the mechanism sweep's runs
 RESULTS = "results"    # the DAG's results root
 
 # the ablation studies of config `ablations` (paper §4.3, F.3, G.2, G.6); the first three vary RTPO. The last
-# two are this artifact's controls, not the paper's: matched_updates (a flat method with as many optimizer steps
-# per training step as RTPO takes, on each of its tasks) and mismatch (methods under psi = full on one task)
-STUDIES = ("group_size", "sync", "continuation", "credit_assignment", "matched_updates", "mismatch")
+# three are this artifact's controls, not the paper's: matched_updates (flat methods with as many optimizer
+# steps per training step as RTPO takes, on each of its tasks), turn_rows (GRPO trained per turn on the
+# contexts it sampled: no rollout-training mismatch, GRPO's information) and mismatch (methods under psi = full
+# on one task). A study with `target: sweep` runs with the mechanism sweep's target, not in `all`.
+STUDIES = ("group_size", "sync", "continuation", "credit_assignment", "matched_updates", "turn_rows", "mismatch")
 RTPO_STUDIES = ("group_size", "sync", "continuation")
 PSI_STUDIES = ("credit_assignment", "mismatch")   # methods under one psi on one task
 TASK_KINDS = ("math", "search", "airline")
@@ -74,10 +76,10 @@ TABLE_RUNS = {
     "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
     "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
     "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
-    "table_controls": ("matched_updates", "mismatch"),
+    "table_controls": ("matched_updates", "turn_rows"),
 }
 # main-grid methods a table reads on its arms' tasks besides the arms' own (the controls' table shows RTPO
-# beside GRPO-K)
+# beside GRPO-K and GRPO on its own contexts)
 TABLE_MAIN_METHODS = {"table_controls": ("rtpo",)}
 TABLE_NAMES = tuple(TABLE_RUNS)
 
@@ -92,9 +94,11 @@ def variant_name(value: Any) -> str:
 
 def study_variant(study: str, value: Any) -> str:
     """The directory name of one variant of an ablation study: G3, interval-2, kl-0.01, on_policy, psi-full,
-    mb-4 (matched_updates: 4 mini-batches)."""
+    mb-4 (matched_updates: 4 mini-batches), rows-turn (turn_rows: GRPO's rows one per turn)."""
     if study == "group_size":
         return f"G{int(value)}"
+    if study == "turn_rows":
+        return f"rows-{value}"
     if study in PSI_STUDIES:
         return f"psi-{variant_name(value)}"
     if study == "matched_updates":
@@ -103,10 +107,30 @@ def study_variant(study: str, value: Any) -> str:
 
 
 def study_tasks(ablations: Mapping[str, Any], study: str) -> list[str]:
-    """The tasks of one study of config `ablations`: its `task`, or matched_updates' tasks (the keys of its
-    per-task `mini_batches`)."""
+    """The tasks of one study of config `ablations`: its `task`, matched_updates' tasks (the keys of its
+    per-task `mini_batches`) or turn_rows' `tasks`."""
     a = ablations[study]
-    return list(a["mini_batches"]) if study == "matched_updates" else [a["task"]]
+    if study == "matched_updates":
+        return list(a["mini_batches"])
+    if study == "turn_rows":
+        return list(a["tasks"])
+    return [a["task"]]
+
+
+def study_methods(ablations: Mapping[str, Any], study: str) -> list[str]:
+    """The methods a study trains: RTPO for the RTPO studies, its `methods` (matched_updates: or `method`)."""
+    a = ablations[study]
+    if study in RTPO_STUDIES:
+        return ["rtpo"]
+    if study in ("matched_updates", "turn_rows"):
+        return list(a.get("methods") or [a.get("method", "grpo")])
+    return list(a.get("methods") or ["rtpo"])
+
+
+def study_target(ablations: Mapping[str, Any], study: str) -> str:
+    """The Snakemake target a study's arms run with: "all" (the default) or "sweep" (the mechanism sweep's
+    target, outside `all`: e.g. Control B, whose contrast is the sweep's)."""
+    return str((ablations.get(study) or {}).get("target", "all"))
 
 
 def run_dir(task: str, method: str, seed: int, scope: str = MAIN, variant: str = "", root: str = RESULTS) -> str:
@@ -174,11 +198,14 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
     seeds = tuple(int(s) for s in (ablations["seeds"] if seeds is None else seeds))
 
     def add(study, task, methods, values, key):
-        # a study's own `seeds` (ablations.<study>.seeds) replace ablations.seeds for its arms
+        # a study's own `seeds` (ablations.<study>.seeds) replace ablations.seeds for its arms, and its
+        # `seed_counts.<method>` = n gives one method's arms seeds 0..n-1
         study_seeds = tuple(int(s) for s in ablations[study].get("seeds", seeds))
+        counts = ablations[study].get("seed_counts") or {}
         for v in values:
             for m in methods:
-                cells.append(AblationCell(study, study_variant(study, v), task, m, study_seeds,
+                arm_seeds = tuple(range(int(counts[m]))) if m in counts else study_seeds
+                cells.append(AblationCell(study, study_variant(study, v), task, m, arm_seeds,
                                           (f"method.{m}.{key}={v}",), v))
 
     for study in RTPO_STUDIES:
@@ -188,11 +215,16 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
     for study in PSI_STUDIES:
         if study in ablations:
             a = ablations[study]
-            add(study, a["task"], a.get("methods") or ["rtpo"], [a["psi"]], "psi")
-    if "matched_updates" in ablations:   # one arm per task: K = RTPO's realised stage count there
+            add(study, a["task"], study_methods(ablations, study), [a["psi"]], "psi")
+    if "matched_updates" in ablations:   # one arm per task and method: K = RTPO's realised stage count there
         a = ablations["matched_updates"]
         for task, k in a["mini_batches"].items():
-            add("matched_updates", task, [a["method"]], [int(k)], "mini_batches")
+            add("matched_updates", task, study_methods(ablations, "matched_updates"), [int(k)], "mini_batches")
+    if "turn_rows" in ablations:         # GRPO's rows one per turn, (c_k, turn k): no rollout-training mismatch
+        a = ablations["turn_rows"]
+        for task in a["tasks"]:
+            add("turn_rows", task, study_methods(ablations, "turn_rows"), ["turn"], "train_rows")
+    cells.sort(key=lambda c: STUDIES.index(c.study))
     return cells
 
 
@@ -553,7 +585,10 @@ class Experiment:
         self.arms: list[AblationCell] = ablation_cells(self.ablations, self.ablation_seeds)
         self.sweep: list[SweepCell] = sweep_cells(cfg)
         self.sweep_by_key = {c.key: c for c in self.sweep}
-        self.studies: dict[str, Study] = studies_of(self.arms)
+        # the studies the paper's report reads (`all`); a study with `target: sweep` is read by the sweep's report
+        self.studies: dict[str, Study] = studies_of(c for c in self.arms if study_target(self.ablations, c.study) != "sweep")
+        self.sweep_studies: dict[str, Study] = studies_of(c for c in self.arms
+                                                          if study_target(self.ablations, c.study) == "sweep")
         self.runs: list[Run] = self._runs()
         self.by_key: dict[RunKey, Run] = {r.key: r for r in self.runs}
 
@@ -573,8 +608,9 @@ class Experiment:
         cells = [(t, m, s) for t in self.tasks for m in self.methods for s in self.cell_seeds(t, m)]
         if "airline" in self.tasks and self.ablations:
             have = set(cells)
-            cells += [c for c in (("airline", m, s) for m in self.methods for s in self.ablation_seeds)
-                      if c not in have]
+            left_out = {m for m, n in self.seed_counts.get("airline", {}).items() if n == 0}   # seed_counts 0
+            cells += [c for c in (("airline", m, s) for m in self.methods if m not in left_out
+                                  for s in self.ablation_seeds) if c not in have]
         return cells
 
     @functools.cached_property
@@ -631,9 +667,15 @@ class Experiment:
         return [r for r in self.runs if (scope is None or r.scope == scope) and (task is None or r.task == task)
                 and (method is None or r.method == method)]
 
+    def in_sweep_target(self, run: Run) -> bool:
+        """Whether a run belongs to the mechanism sweep's target: a sweep cell, or an arm of a study with
+        `target: sweep` (outside `all`; the sweep's report reads it)."""
+        return run.scope == SWEEP or (run.scope in self.ablations and study_target(self.ablations, run.scope) == "sweep")
+
     def report_runs(self) -> list[Run]:
-        """The runs the paper's report reads: the main grid and every ablation arm (the sweep has its own)."""
-        return [r for r in self.runs if r.scope != SWEEP]
+        """The runs the paper's report reads: the main grid and every ablation arm of `all` (the sweep's target
+        has its own report)."""
+        return [r for r in self.runs if not self.in_sweep_target(r)]
 
     def run(self, key: RunKey) -> Run:
         try:
@@ -784,7 +826,7 @@ class Experiment:
 
 
 __all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
-           "variant_name", "study_variant", "study_tasks", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
+           "variant_name", "study_variant", "study_tasks", "study_methods", "study_target", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
            "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
            "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
            "sweep_cells", "seed_groups", "group_label", "RunKey", "RunInputs", "Run", "Variant",

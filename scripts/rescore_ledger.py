@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{v} ({len(part)}):")
         for _, r in part.iterrows():
             ci = "" if pd.isna(r.ci95_lo) else f" [{r.ci95_lo:+.3g}, {r.ci95_hi:+.3g}]"
-            p = "" if pd.isna(r.p_zero_bh) else f"; BH p {r.p_zero_bh:.2g} / {r.p_effect_bh:.2g}"
+            p = "" if pd.isna(r.p_zero_bh) else f"; p ≠ 0 (BH) {r.p_zero_bh:.2g} / < d (raw) {r.p_effect:.2g}"
             print(f"  {r.claim_id}: {r.ours_mean:+.3g}{ci} {r.unit}, n {r.n}; tested {r.expected}{p}"
                   f" (was: {before.get(r.claim_id, '—')})")
     changed = new[new.kind != KIND_EMPIRICAL]

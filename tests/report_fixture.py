@@ -68,8 +68,10 @@ def every_study(cfg: dict[str, Any]) -> dict[str, Any]:
     abl["seeds"] = [0, 1, 2]
     abl["group_size"] = {"task": "airline", "values": [2, 3, 4]}
     abl["sync"] = {"task": "search", "values": ["per_stage", "interval:2", "kl:0.01"]}
-    for study in ("continuation", "credit_assignment"):
-        abl[study].pop("seeds", None)
+    for study in ("continuation", "credit_assignment", "matched_updates", "turn_rows", "mismatch"):
+        if study in abl:
+            for key in ("seeds", "seed_counts", "target"):   # every arm at 3 seeds, every study in `all`
+                abl[study].pop(key, None)
     # the studies in the config's order (ledger rows and manifests follow it)
     order = ["seeds", "reuse_main_runs", "group_size", "sync", "continuation", "credit_assignment"]
     cfg["ablations"] = {**{k: abl[k] for k in order if k in abl}, **{k: v for k, v in abl.items() if k not in order}}
@@ -115,6 +117,8 @@ def _variant_dir(study: str, value: Any) -> str:
         return "psi-" + str(value).replace(":", "-")
     if study == "matched_updates":
         return f"mb-{int(value)}"
+    if study == "turn_rows":
+        return f"rows-{value}"
     return str(value).replace(":", "-")
 
 
@@ -274,10 +278,12 @@ def make_results_tree(root: str | Path, cfg: dict[str, Any], seed: int = 0, theo
     _plant_exact_gap(res, cfg)
     abl = cfg.get("ablations", {})
     for study, spec in abl.items():
-        if not isinstance(spec, dict) or ("task" not in spec and study != "matched_updates"):
+        if not isinstance(spec, dict) or ("task" not in spec and study not in ("matched_updates", "turn_rows")):
             continue
-        if study == "matched_updates":   # one arm per task: (value = K, task)
-            arms = [(k_, t, [spec["method"]]) for t, k_ in spec["mini_batches"].items()]
+        if study == "matched_updates":   # one arm per task and method: (value = K, task)
+            arms = [(k_, t, spec.get("methods") or [spec["method"]]) for t, k_ in spec["mini_batches"].items()]
+        elif study == "turn_rows":       # one arm per task: GRPO's rows one per turn
+            arms = [("turn", t, [spec.get("method", "grpo")]) for t in spec["tasks"]]
         else:
             arms = [(v, spec["task"], spec.get("methods", ["rtpo"])) for v in spec.get("values", [spec.get("psi")])]
         for value, task, methods in arms:

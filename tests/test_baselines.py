@@ -152,6 +152,35 @@ def test_grpo_ratio_is_one_under_full_and_not_under_truncate(tok):
     assert abs(rec["ratio_mean"] - 1.0) > 1e-6
 
 
+def test_grpo_on_its_own_contexts_has_no_mismatch_and_otherwise_trains_as_grpo(tok):
+    """train_rows: turn (the turn_rows control): the same chains and advantages as GRPO, one row per turn under the
+    context c_k it was sampled from. Under truncate:1 flat GRPO measures a mismatch on those very chains and the
+    turn rows none; under psi = full the turn rows are the flattened row's action tokens under the same prefixes,
+    so one update sees the same gradient (token mean over the same action tokens, up to float rounding)."""
+    from rtpo.methods.grpo import turn_rows
+
+    flat, _ = make(tok, GRPO, {"chains": 3}, psi="truncate:1")
+    turn, _ = make(tok, GRPO, {"chains": 3, "train_rows": "turn"}, psi="truncate:1")
+    rf, rt = flat.step(TASKS, 0), turn.step(TASKS, 0)
+    assert rf["tokens"] == rt["tokens"] and rf["reward_mean"] == rt["reward_mean"]   # the same chains
+    assert rf["kl_rollout_train"] > 1e-6 and rt["kl_rollout_train"] < 1e-9
+    assert abs(rt["ratio_mean"] - 1.0) < 1e-6
+    t = turn.last_groups[0][0]
+    rows = turn_rows(t, 0.25, group="g")
+    assert [r.prompt_ids for r in rows] == [x.context_ids for x in t.turns]
+    assert [r.response_ids for r in rows] == [x.action_ids for x in t.turns] and rows[2].turns == [2] * len(rows[2].mask)
+    assert rows[2].prompt_ids != t.full_ids[:t.action_spans[2][0]]   # turn 2's c_k dropped turn 0
+
+    f2, ef = make(tok, GRPO, {"chains": 3}, psi="full")
+    t2, et = make(tok, GRPO, {"chains": 3, "train_rows": "turn"}, psi="full")
+    a, b = f2.step(TASKS, 0), t2.step(TASKS, 0)
+    # (the loss itself is ~0 at ratio 1: the advantages of a prompt's chains sum to 0; its gradient is not)
+    assert a["tokens"] == b["tokens"] and a["grad_norm"] > 1e-3
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-4)
+    with pytest.raises(ValueError, match=r"grpo\.train_rows"):
+        make(tok, GRPO, {"chains": 1, "train_rows": "trajectory"})
+
+
 # ------------------------------------------------------------------ Tree-GRPO
 
 def test_tree_grpo_exact_counts_and_legal_expansions(tok):

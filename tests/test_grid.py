@@ -29,16 +29,18 @@ def test_dag_writes_exactly_the_runs_the_report_reads(name):
     from rtpo.report.load import ablation_studies
 
     st = ablation_studies(cfg)
-    for c in d.cells:
+    in_all = [c for c in d.cells if grid.study_target(cfg["ablations"], c.study) == "all"]
+    for c in in_all:
         assert c.variant in st[c.study].variant_names() and c.method in st[c.study].methods
         assert c.task in st[c.study].tasks and (c.variant, c.task, c.method) in st[c.study].cells
-        assert st[c.study].task == c.task or c.study == "matched_updates"   # one task, or one per variant
-    assert sum(len(s.cells) for s in st.values()) == len(d.cells)
-    # the sweep: the DAG's targets are the files the sweep report reads
-    if cfg.get("sweep"):
-        read = {c.eval_file(s) for c in d.sweep for s in c.seeds} | \
-               {f"{c.run_dir(s)}/summary.json" for c in d.sweep for s in c.seeds}
-        assert read == set(d.sweep_targets())
+        assert st[c.study].task == c.task or c.study in ("matched_updates", "turn_rows")   # one task, or several
+    assert sum(len(s.cells) for s in st.values()) == len(in_all)
+    # the sweep's target: its cells and the arms of studies with `target: sweep` (Control B), which its report reads
+    with_sweep = [c for c in d.cells if c not in in_all]
+    assert not set(st) & {c.study for c in with_sweep}
+    read = {c.eval_file(s) for c in [*d.sweep, *with_sweep] for s in c.seeds} | \
+           {f"{c.run_dir(s)}/summary.json" for c in [*d.sweep, *with_sweep] for s in c.seeds}
+    assert read == set(d.sweep_targets())
 
 
 def test_variant_names_and_paths():

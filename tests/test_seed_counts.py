@@ -156,11 +156,19 @@ def test_bad_seed_counts_name_the_key(edit, message):
     assert any(message in e for e in dag.cross_reference_errors(cfg)), dag.cross_reference_errors(cfg)
 
 
-def test_schema_refuses_a_count_below_one(tmp_path):
+def test_schema_refuses_a_negative_count_and_zero_leaves_a_cell_out(tmp_path):
     cfg = yaml.safe_load((ROOT / "config" / "smoke.yaml").read_text())
-    cfg["seed_counts"] = {"math": {"rtpo": 0}}
+    cfg["seed_counts"] = {"math": {"rtpo": -1}}
     with pytest.raises(ConfigError, match="seed_counts"):
         load_config(write_config(cfg, tmp_path / "bad.yaml"))
+    # 0: the cell is not run, on airline the G.1 study's seeds included (the CPU default's ARPO and SeeUPO)
+    from rtpo.experiment import Experiment
+
+    cfg = load_config("config/config.yaml")
+    exp = Experiment(cfg)
+    assert cfg["seed_counts"]["airline"]["arpo"] == 0
+    assert not exp.select(task="airline", method="arpo") and not exp.select(task="airline", method="seeupo")
+    assert {r.seed for r in exp.select("main", "math", "arpo")} == {0, 1, 2}
 
 
 def test_a_paired_row_pairs_the_seeds_both_cells_have(tmp_path):

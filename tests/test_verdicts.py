@@ -68,7 +68,7 @@ def test_the_ledger_builds_the_audited_rows_as_their_kind(tmp_path):
     assert structural == {"4.2-ratio-rtpo-math", "4.2-ratio-rtpo-search", "4.2-ratio-grpo-math", "4.2-ratio-grpo-search",
                           "4.2-kl-grpo-math", "4.2-kl-seeupo-math", "4.2-kl-grpo-search", "4.2-kl-seeupo-search",
                           "F.2-seeupo-jitter", "G.2-G2-degenerate", "G.2-train-tokens", "G.6-syncs-interval-2",
-                          "G.6-syncs-kl-0.01", "C.B-grpo-kl"}
+                          "G.6-syncs-kl-0.01", "C.B-grpo-kl", "C.M-grpo-kl-math", "C.M-grpo-kl-search"}
     assert all(c.construction for i, c in claims.items() if i in structural)
     for t in ("math", "search"):
         rec = claims[f"F.2-recovery-grpo-{t}"]
@@ -210,9 +210,17 @@ def test_the_papers_figure_maps_to_our_scale():
     # percentage points without levels: as they are, only in a pp row
     assert ledger.paper_effect(PAPER["on_policy_gain"], "pp")["effect"] == pytest.approx(4.0)
     assert ledger.paper_effect(PAPER["on_policy_gain"], "tokens") == {}
-    # a rate cannot gain beyond its headroom; counts scale by the level in their unit
+    # a rate whose two levels the paper gives maps as its odds ratio (57.63 -> 89.16 %: x6.05), never past 100 %
     m = ledger.paper_effect(PAPER["airline_exec_success"], "pp", 80.0, "GRPO")
+    odds = (89.16 / 10.84) / (57.63 / 42.37)
+    assert m["effect"] == pytest.approx(100 * 4 * odds / (1 + 4 * odds) - 80.0) and m["effect"] < 20.0
+    assert "odds ratio 6.05" in m["effect_basis"]
+    # a rate without the paper's levels cannot gain beyond its headroom; counts beyond what their cap leaves
+    m = ledger.paper_effect(PAPER["gain_vs_vanilla"], "pp", 80.0, "Vanilla")
     assert m["effect"] == pytest.approx(20.0) and "headroom" in m["effect_basis"]
+    m = ledger.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO", cap=6)
+    assert m["effect"] == pytest.approx(6 - 2.19) and "its cap leaves (6 − 2.19)" in m["effect_basis"]
+    assert ledger.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO")["effect"] == pytest.approx(2.19 * 2.065)
     assert ledger.paper_effect(PAPER["airline_length"], "tokens", 74.3, "T")["effect"] == \
         pytest.approx(74.3 * (1 - 1688.8 / 2538.2))
     # no figure, or no level to carry a relative one: the row falls back to the stated minimal effect
@@ -305,3 +313,96 @@ def test_t_quantiles_equal_scipys():
             t_quantile(*bad)
     with pytest.raises(ValueError):
         t975(0)
+
+
+def test_a_rate_maps_the_same_whichever_side_is_expressed():
+    """Truncation 47.5 -> 42.5 % is termination 52.5 -> 57.5 %: carried to our level as an odds ratio, both give the
+    same size at complementary levels (a relative change would give 0.73 pp against 8.9 pp, fidelity audit 3)."""
+    from dataclasses import replace
+
+    trunc = PAPER["airline_truncation"]
+    term = replace(trunc, levels=(52.5, 57.5), change=100 * (57.5 / 52.5 - 1))
+    for ours in (7.0, 30.0, 93.0):
+        a = ledger.paper_effect(trunc, "pp", ours, "Tree-GRPO")["effect"]
+        b = ledger.paper_effect(term, "pp", 100 - ours, "Tree-GRPO")["effect"]
+        assert a == pytest.approx(b, rel=1e-12) and 0 < a < min(ours, 100 - ours)
+    assert ledger.paper_effect(PAPER["no_terminal"], "pp", 12.0, "R")["effect"] == pytest.approx(12.0)   # to 0 %
+
+
+# ------------------------------------------------------------------ the rule the family cannot bend
+@pytest.mark.parametrize("sign", [1, -1])
+def test_an_adjusted_verdict_is_never_more_favourable_than_its_raw_interval(sign):
+    """Over random rows and random families: a verdict with p_zero adjusted ranks no higher (stats.FAVOUR) than the
+    same row scored alone (its raw interval), and a row whose raw interval lies wholly on the side the paper argues
+    against reads 'opposite sign' or 'not reproduced', never 'no effect' (the 4.1-vanilla and G.1-length cases)."""
+    import random
+
+    from rtpo.report.stats import AGAINST_PAPER, FAVOUR
+
+    rng = random.Random(sign)
+    for trial in range(60):
+        fam = []
+        for i in range(rng.randint(1, 12)):
+            mu, sd, n = rng.uniform(-4, 6), rng.uniform(0.2, 3), rng.randint(2, 6)
+            fam.append(_claim([rng.gauss(mu, sd) for _ in range(n)], id=f"r{trial}-{i}", sign=sign,
+                              effect=rng.uniform(0.5, 5), effect_basis="b"))
+        rows = ledger.evaluate_family(fam)
+        for c, r in zip(fam, rows):
+            raw = evaluate_claim(c)["verdict"]
+            assert FAVOUR[r["verdict"]] <= FAVOUR[raw], (c.values, raw, r["verdict"])
+            s = summarize(c.values.values())
+            if sign * s.hi < 0 if sign > 0 else sign * s.lo < 0:   # the raw interval wholly on the wrong side
+                assert r["verdict"] in AGAINST_PAPER, (c.values, r["verdict"])
+
+
+def test_the_paper_size_test_is_never_adjusted():
+    """4.1-vanilla in fidelity audit 3: raw 95 % interval [2.45, 5.42] wholly below d = 5.73 pp reads 'paper's sign,
+    smaller effect' alone and must still read so in a large family (adjusting p_effect made it 'reproduced')."""
+    from rtpo.report.stats import OPPOSITE_SIGN
+
+    row = _claim([3.2, 4.9, 3.1, 4.6, 3.85], id="van", effect=5.73, effect_basis="b")
+    alone = evaluate_claim(row)
+    assert alone["ci95_hi"] < 5.73 and alone["verdict"] == SMALLER
+    nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(4)], id=f"n{i}", effect=1.0, effect_basis="b")
+             for i in range(20)]
+    assert ledger.evaluate_family([row, *nulls])[0]["verdict"] == SMALLER
+    # wrong side, significant alone, not once adjusted: "opposite sign", not "no effect of the paper's size"
+    wrong = _claim([-5.6, -1.2, -9.8, -3.9, -7.5], id="g1", effect=33.8, effect_basis="b")
+    assert evaluate_claim(wrong)["verdict"] == NOT_REPRODUCED
+    adj = ledger.evaluate_family([wrong, *nulls])[0]
+    assert adj["p_zero_bh"] >= 0.05 and adj["verdict"] == OPPOSITE_SIGN
+
+
+def test_an_inconclusive_row_says_how_many_seeds_would_decide_it():
+    from statsmodels.stats.power import TTestPower
+
+    vals = [1.0, -0.5, 2.5, 0.3]
+    row = evaluate_claim(_claim(vals, id="i", effect=1.0, effect_basis="b"))
+    s = summarize(vals)
+    want = math.ceil(TTestPower().solve_power(effect_size=1.0 / s.std, alpha=0.05, power=0.8))
+    assert row["verdict"] == INCONCLUSIVE and row["n80"] == want and want > 4
+    assert f"~{want} paired seeds for 80 % power at 1 pp" in row["note"]
+    assert math.isnan(evaluate_claim(_claim([3.0, 3.5, 2.8], id="d", effect=1.0, effect_basis="b"))["n80"])
+
+
+def test_each_family_is_adjusted_on_its_own(tmp_path):
+    """Trained-against-untrained rows and RTPO's own levels are families of their own: a strongly significant one
+    lowers no comparison's adjusted p (fidelity audit 3: six such rows took G.1-pass1-tree_grpo from 0.087 to 0.020)."""
+    marginal = _claim([1.2, 2.3, 0.4, 1.9, 1.1], id="cmp", effect=1.0, effect_basis="b")
+    nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(5)], id=f"n{i}", effect=1.0, effect_basis="b")
+             for i in range(6)]
+    trivial = [_claim([9.0 + 0.1 * j + i for j in range(5)], id=f"t{i}", effect=1.0, effect_basis="b",
+                      family=ledger.FAMILY_UNTRAINED if i % 2 else ledger.FAMILY_LEVEL) for i in range(6)]
+    claims = [marginal, *nulls, *trivial]
+    res = SimpleNamespace(not_run={})
+    old = ledger.build_claims, ledger.theory_rows
+    try:
+        ledger.build_claims, ledger.theory_rows = (lambda r: claims), (lambda r: [])
+        df = ledger.evaluate_claims(res).set_index("claim_id")
+        ledger.build_claims = lambda r: [marginal, *nulls]
+        alone = ledger.evaluate_claims(res).set_index("claim_id")
+    finally:
+        ledger.build_claims, ledger.theory_rows = old
+    assert df.loc["cmp", "p_zero_bh"] == pytest.approx(alone.loc["cmp", "p_zero_bh"])
+    assert df.loc["t1", "family"] == ledger.FAMILY_UNTRAINED and df.loc["t0", "family"] == ledger.FAMILY_LEVEL
+    assert df.loc["cmp", "family"] == ledger.FAMILY_COMPARISON

@@ -96,7 +96,7 @@ def _vanilla_rollouts(o: dict, K: int) -> tuple[int, str, str]:
 
 
 # the baselines' options as their public code sets them (DESIGN.md, "Baselines as their public code does them")
-GRPO_DEFAULTS = (("chains", 16), ("adv_norm_std", True))
+GRPO_DEFAULTS = (("chains", 16), ("adv_norm_std", True), ("train_rows", "flat"))
 SEEUPO_DEFAULTS = (("chains", 16), ("adv_clamp", 3.0), ("ratio_clip", (0.8, 1.2)), ("update_order", "reverse"))
 ARPO_DEFAULTS = (("initial", 8), ("total", 16), ("tau", 0.5), ("beta", 0.2), ("beam_size", 2), ("entropy_tokens", 20),
                  ("entropy_agg", "sum"), ("shared_prefix", "every_row"), ("seed", 0))

@@ -25,6 +25,14 @@ the ratio is 1.
 
 The flattened row (`rtpo.methods.base.flatten_row`) is Tree-GRPO's and ARPO's too.
 
+GRPO on its own contexts (`train_rows: turn`, this artifact's control ablations.turn_rows, not a baseline):
+the same chains and advantages, but one Row per turn, prompt = c_k (the ids turn k was sampled from),
+response = turn k's action, mask all ones, A_i on every token, as RTPO's rows are built. The loss is the same
+token mean over the same action tokens, so only the context each action is scored under changes: the
+rollout-training mismatch is gone (ratio 1 up to float rounding, as RTPO's) while the information the policy
+acted on, the rollouts and the trajectory-level credit stay GRPO's. The rollout still bounds the whole
+trajectory (`rows = "flat"`), so a seed's chains are GRPO's chains.
+
 Where this file runs: on the local engine (the CPU default, `engine: local`) and on VerlEngine for the
 trainer mode rtpo_engine_sync. At paper scale GRPO does not run through it: the launcher selects
 verl's own sync trainer (rtpo_chain_sync) with verl's estimator, algorithm.adv_estimator=grpo
@@ -45,15 +53,18 @@ from typing import Any
 
 import torch
 
+from rtpo.engine.base import Row
 from rtpo.envs.base import Task
 from rtpo.instrument import StepLog
 from rtpo.methods.advantages import grpo_outcome_advantages
 from rtpo.methods.base import Method, cfg_int, flatten_row
+from rtpo.rollout import Trajectory
 
 
 class GRPO(Method):
     """cfg keys: chains (trajectories per prompt; 16 in the paper), adv_norm_std (divide by the
-    group std, verl's norm_adv_by_std_in_grpo; default True).
+    group std, verl's norm_adv_by_std_in_grpo; default True), train_rows ("flat": one row per trajectory
+    under the full history, verl's; "turn": one row per turn under its sampled context c_k, the control).
 
     After a step, `last_groups[i]` holds the trajectories of prompt i (for inspection and tests).
     """
@@ -64,6 +75,9 @@ class GRPO(Method):
         super().__init__(*a, **kw)
         self.n_chains = cfg_int(self.cfg, "chains", self.name)
         self.norm_std = bool(self.cfg["adv_norm_std"])
+        self.train_rows = str(self.cfg.get("train_rows", "flat"))
+        if self.train_rows not in ("flat", "turn"):
+            raise ValueError(f"{self.name}.train_rows must be 'flat' or 'turn', got {self.train_rows!r}")
 
     def step(self, tasks: list[Task], step: int) -> dict[str, Any]:
         log = StepLog()
@@ -75,11 +89,23 @@ class GRPO(Method):
             adv = grpo_outcome_advantages(torch.tensor([t.reward for t in chains], dtype=torch.float),
                                           keys, norm_by_std=self.norm_std)
             advs = [float(a) for a in adv]
-            rows = [flatten_row(t, a, self.engine.max_context, group=f"{t.task.id}/{keys[j]}")
-                    for j, (t, a) in enumerate(zip(chains, advs))]
+            if self.train_rows == "turn":
+                rows = [r for j, (t, a) in enumerate(zip(chains, advs))
+                        for r in turn_rows(t, a, group=f"{t.task.id}/{keys[j]}")]
+            else:
+                rows = [flatten_row(t, a, self.engine.max_context, group=f"{t.task.id}/{keys[j]}")
+                        for j, (t, a) in enumerate(zip(chains, advs))]
             stats = self.engine.update(rows, self.update_cfg, self.temperature)
             log.add_update(stats, advs)
         return log.record(chains, len(tasks))
+
+
+def turn_rows(traj: Trajectory, advantage: float, group: str = "") -> list[Row]:
+    """One Row per generated turn k of a trajectory: prompt = c_k, the exact ids turn k was sampled from,
+    response = its action ids, old = their rollout logprobs, mask all ones, `advantage` on every token."""
+    return [Row(turn.context_ids, turn.action_ids, turn.logprobs, [float(advantage)] * len(turn.action_ids),
+                [1] * len(turn.action_ids), group=group, turns=[turn.k] * len(turn.action_ids))
+            for turn in traj.generated_turns if turn.action_ids]
 
 
 class GRPOTIS(GRPO):

@@ -121,14 +121,14 @@ KEY_COLUMNS = ("claim_id", "comparison", "tasks", "study", "variant", "task", "b
                "metric", "unit")
 COLUMN_ROLES: dict[str, str] = {
     **{c: KEY for c in KEY_COLUMNS},
-    **{c: EXACT for c in ("n", "n_seeds", "df", "se_eval_df", "seeds", "steps", "window_steps",
+    **{c: EXACT for c in ("n", "n_seeds", "df", "family", "se_eval_df", "seeds", "steps", "window_steps",
                           "verdict", "flag", "excludes_zero", "diagnosis",
                           "source", "claim", "paper (Qwen3-8B)", "quantity", "expected", "rule", "evidence", "note",
                           "paper_relative_gain_pct")},
     **{c: UNCERTAINTY for c in ("std", "ci95_lo", "ci95_hi", "se", "se_eval", "se_seeds",
                                 "diff_std", "diff_ci95_lo", "diff_ci95_hi",
                                 # the ledger's p-values move with its values; what they decide is the verdict
-                                "p_zero", "p_effect", "p_zero_bh", "p_effect_bh")},
+                                "p_zero", "p_effect", "p_zero_bh", "p_effect_bh", "n80")},
     **{c: BOUNDED for c in ("mean", "ours_mean", "values", "diff_mean", "diff_values", "rtpo_mean",
                             "baseline_mean", "relative_gain_pct", "task_median", "dev_from_median_pct")},
 }

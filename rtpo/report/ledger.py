@@ -15,8 +15,12 @@ builder per section below (registry `SECTIONS`, in ledger order), each returning
   expected          the paper's sign and, for empirical claims, its effect size on our scale with how it
                     was mapped (paper_effect: the paper's relative change times our baseline's level, or its
                     figure as is where it is in the row's unit), else MIN_EFFECT[unit]
-  p_zero, p_effect  the row's two t-tests (RULE_EFFECT) and their Benjamini-Hochberg adjustment over the
-  p_*_bh            ledger's scored empirical rows (evaluate_family), which the verdicts use
+  family            the Benjamini-Hochberg family the row is adjusted in (FAMILIES): comparisons of trained
+                    methods, trained against untrained, RTPO's own levels, controls, wall-clock claims
+  p_zero, p_effect  the row's two t-tests (RULE_EFFECT); p_zero_bh: p_zero adjusted over the row's family
+  p_zero_bh         (evaluate_family). The verdicts use p_zero_bh and the raw p_effect, so an adjustment
+                    never moves a verdict towards the paper
+  n80               an inconclusive row: the paired seeds a t-test needs for 80 % power at the tested effect
   verdict           by `rule` and kind (stats.RULE_EFFECT / RULE_EQUIVALENCE / RULE_STRUCTURAL /
                     RULE_THEORY, quoted in the ledger itself): reproduced, not reproduced, paper's sign with
                     a smaller effect, no effect of the paper's size, inconclusive (also: cannot be scored, the
@@ -49,12 +53,13 @@ from rtpo.report.paper_reference import HARDEST_BENCHMARKS, PAPER, PAPER_COL, Pa
 from rtpo.report.stats import (
     EFFECT_EXCLUDED, INCONCLUSIVE, KIND_CONTROL, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION, KIND_STRUCTURAL,
     KINDS,
-    NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, NOT_RUN, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE, RULE_STRUCTURAL,
-    RULE_THEORY, SMALLER, VERDICTS, bh_adjust, direction_verdict, effect_verdict, equivalence_verdict, paired,
-    paired_ratio, structural_verdict, summarize, t_pvalues, theory_kind, theory_verdict, unscorable,
+    NO_EFFECT, NOT_MEASURABLE, NOT_REPRODUCED, NOT_RUN, OPPOSITE_SIGN, REPRODUCED, RULE_EFFECT, RULE_EQUIVALENCE,
+    RULE_STRUCTURAL, RULE_THEORY, SMALLER, VERDICTS, bh_adjust, direction_verdict, effect_verdict, equivalence_verdict,
+    paired, paired_ratio, seeds_for_power, structural_verdict, summarize, t_pvalues, theory_kind, theory_verdict,
+    unscorable,
 )
 from rtpo.report.table_base import headline_tasks, latex_escape, method_label, to_markdown
-from rtpo.report.tables_main import first_turn_share, learning_cells
+from rtpo.report.tables_main import learning_cells
 from rtpo.report.tables_studies import hit_metric
 
 EARLY, LATE, FOURTH, FROM_40 = (0.0, 0.2), (0.8, 1.0), (0.6, 0.8), (0.4, 1.0)
@@ -63,6 +68,17 @@ RATIO_MARGIN = 0.02  # equivalence margin of "the ratio stays at 1.0" (GRPO's re
 AIRLINE = "airline"
 
 PerSeed = dict[int, float]
+
+# The Benjamini-Hochberg families (a row's `family`): p_zero is adjusted within its family only, so that rows
+# that are significant for reasons that say nothing about RTPO against its baselines (trained against
+# untrained; levels of RTPO's own runs, e.g. a limitation the paper states) do not lower the adjusted p of the
+# comparisons, and adding or dropping a control moves no paper claim's p.
+FAMILY_COMPARISON = "trained methods"    # RTPO against a trained baseline, or one RTPO arm against another
+FAMILY_UNTRAINED = "against untrained"   # RTPO against the untrained warm start (Vanilla)
+FAMILY_LEVEL = "RTPO alone"              # a level, share or change over training of RTPO's own runs
+FAMILY_CONTROL = "controls"              # this artifact's controls (source "control*")
+FAMILY_TIMING = "wall-clock"             # claims about wall-clock time (timing_claims.*)
+FAMILIES = (FAMILY_COMPARISON, FAMILY_UNTRAINED, FAMILY_LEVEL, FAMILY_CONTROL, FAMILY_TIMING)
 
 # The minimal effect (in the claim's unit) an empirical claim is tested against where the paper's figure
 # does not map onto our scale: below it an effect is too small to count as the paper's (RULE_EFFECT).
@@ -117,6 +133,7 @@ class Claim:
     resolution: float = math.nan     # the step (in `unit`) a per-seed value moves by, where coarser than continuous
     learned: bool | None = None      # a training dynamic: whether the runs it describes learn (False: NOT_MEASURABLE)
     absent: str = ""                 # why the config runs nothing for it (a study left out): verdict NOT_RUN
+    family: str = FAMILY_COMPARISON  # its Benjamini-Hochberg family when neither a control nor a timing (FAMILIES)
 
     @property
     def source(self) -> str:
@@ -131,6 +148,13 @@ class Claim:
     @property
     def paper(self) -> str:
         return self.ref.text
+
+    @property
+    def bh_family(self) -> str:
+        """The Benjamini-Hochberg family the row's p_zero is adjusted in."""
+        if self.timing:
+            return FAMILY_TIMING
+        return FAMILY_CONTROL if self.control else self.family
 
 
 # ------------------------------------------------------------------------------------------------
@@ -151,15 +175,19 @@ def _level(d: PerSeed, k: float = 1.0) -> float:
     return k * sum(d.values()) / len(d) if d else math.nan
 
 
-def paper_effect(ref: PaperFigure, unit: str, level: float = math.nan, label: str = "") -> dict[str, Any]:
+def paper_effect(ref: PaperFigure, unit: str, level: float = math.nan, label: str = "",
+                 cap: float = math.nan) -> dict[str, Any]:
     """The paper's effect of `ref` on our scale, as Claim(effect=, effect_basis=) keywords ({} where it does not
     map: the row then tests MIN_EFFECT[unit]).
 
     A relative change (change_unit "%") is taken as is by a row that is itself a percent change, and otherwise
     times our baseline's `level` (the mean over seeds of `label`'s value, in the row's unit): a scale-free
     figure carried to our level, as the paper's +21.5 % over GRPO becomes +21.5 % of our GRPO's pass@1. A rate
-    in percentage points cannot gain more than its headroom (100 − level). A figure in percentage points
-    (change_unit "pp") is taken as is by a pp row: the paper gives no levels to scale it by."""
+    whose two levels the paper gives (`ref.levels`) maps, in a pp row, as the paper's odds ratio applied to our
+    level: the same size whichever side of the rate is expressed, never past 0 or 100 %. A rate in percentage
+    points cannot gain more than its headroom (100 − level), a count no more than its `cap` leaves (e.g. tool
+    calls per trajectory under a turn limit: cap − level). A figure in percentage points (change_unit "pp") is
+    taken as is by a pp row: the paper gives no levels to scale it by."""
     c = ref.change
     if math.isnan(c) or c == 0:
         return {}
@@ -172,14 +200,39 @@ def paper_effect(ref: PaperFigure, unit: str, level: float = math.nan, label: st
         return {"effect": abs(c), "effect_basis": f"the paper's {c:+.3g} %, the same unit"}
     if math.isnan(level) or level == 0:
         return {}
+    if unit == "pp" and ref.levels is not None:
+        return _odds_effect(ref.levels, level, label)
     d = abs(c) / 100 * abs(level)
     basis = f"the paper's {c:+.3g} % relative × {label}'s {level:.3g} {'%' if unit == 'pp' else unit} (our mean)"
     if unit == "pp" and c > 0 and d > 100 - level:
         d = 100 - level
         basis += f", capped at the headroom 100 − {level:.3g}"
+    if not math.isnan(cap) and c > 0 and d > cap - level:
+        d = cap - level
+        basis += f", capped at the headroom its cap leaves ({cap:g} − {level:.3g})"
     if not d > 0:
         return {}
     return {"effect": d, "effect_basis": f"{basis} = {d:.3g} {unit}"}
+
+
+def _logit(p: float) -> float:
+    return -math.inf if p <= 0 else math.inf if p >= 1 else math.log(p / (1 - p))
+
+
+def _odds_effect(levels: tuple[float, float], level: float, label: str) -> dict[str, Any]:
+    """The paper's change of a rate, frm -> to (%), as its odds ratio applied to our level (%): |new − level| pp."""
+    frm, to = levels
+    if not 0 < level < 100:
+        return {}
+    z = _logit(level / 100) + _logit(to / 100) - _logit(frm / 100)
+    new = 100.0 if z == math.inf else 0.0 if z == -math.inf else 100 / (1 + math.exp(-z))
+    d = abs(new - level)
+    if not d > 0:
+        return {}
+    ratio = math.exp(_logit(to / 100) - _logit(frm / 100)) if 0 < to < 100 and 0 < frm < 100 else None
+    how = f"odds ratio {ratio:.3g}" if ratio is not None else "its odds ratio"
+    return {"effect": d, "effect_basis": f"the paper's {frm:g} → {to:g} % as {how} on {label}'s {level:.3g} % "
+                                         f"(our mean): {level:.3g} → {new:.3g} % = {d:.3g} pp"}
 
 
 def _learning(res: Results) -> dict[tuple[str, str], bool]:
@@ -284,12 +337,15 @@ def main_results(res: Results) -> list[Claim]:
             f"RTPO − {method_label(m)}: pass@1 averaged over the {'+'.join(head)} benchmarks", "pp",
             _pp(rtpo, base), evidence="table01_main, table01_gains",
             note=TRAINED_VS_UNTRAINED if m == "vanilla" else "",
+            family=FAMILY_UNTRAINED if m == "vanilla" else FAMILY_COMPARISON,
             **paper_effect(PAPER[ref], "pp", _level(base, 100), method_label(m))))
     return out
 
 
 TRAINED_VS_UNTRAINED = ("trained against untrained: every RL method beats Vanilla here (table01_vs_vanilla), so this "
                         "row says RL training works at this scale, not that RTPO's does better")
+TRAINED_VS_UNTRAINED_CALLS = ("trained against untrained: every RL method's tool use differs from Vanilla's (tableG5), so "
+                              "this row is about RL training at this scale, not RTPO's in particular")
 
 
 def tool_use(res: Results) -> list[Claim]:
@@ -310,13 +366,16 @@ def tool_use(res: Results) -> list[Claim]:
         "F.1-math-calls", PAPER["aime24_python_calls"], "RTPO uses fewer tool calls than Vanilla on hard math",
         f"Vanilla − RTPO: tool calls per trajectory on {_bench(hm)}", "calls",
         paired(van, ev("math", "rtpo", hm, "tool_calls_per_traj")) if hm else {}, evidence="tableG5_tool_use",
+        family=FAMILY_UNTRAINED, note=TRAINED_VS_UNTRAINED_CALLS,
         **paper_effect(PAPER["aime24_python_calls"], "calls", _level(van), "Vanilla")))
     grpo_calls = ev("search", "grpo", "overall", "tool_calls_per_traj")
+    turns = float(((res.cfg.get("env") or {}).get("search") or {}).get("max_turns", math.nan))
     out.append(Claim(
         "F.1-search-calls", PAPER["search_calls"], "RTPO issues more search calls than GRPO on knowledge tasks",
         "RTPO − GRPO: tool calls per trajectory, search evaluation (all samples)", "calls",
         paired(ev("search", "rtpo", "overall", "tool_calls_per_traj"), grpo_calls), evidence="tableG5_tool_use",
-        **paper_effect(PAPER["search_calls"], "calls", _level(grpo_calls), "GRPO")))
+        note=f"a trajectory makes at most one call a turn: search's turn limit {turns:g} caps the effect" if turns == turns
+        else "", **paper_effect(PAPER["search_calls"], "calls", _level(grpo_calls), "GRPO", cap=turns)))
     return out
 
 
@@ -453,14 +512,11 @@ def airline(res: Results) -> list[Claim]:
         Claim("G.1-passk-tree_grpo", PAPER["airline_pass4"], "RTPO has higher airline pass@4 than Tree-GRPO",
               f"RTPO − Tree-GRPO: airline pass@{k}", "pp", _pp(ev("rtpo", "pass@k"), ev("tree_grpo", "pass@k")),
               evidence="table08_airline_eval", note="" if k == 4 else f"our k = {k} (eval.samples)"),
-        Claim("G.1-termination", PAPER["airline_termination"], "RTPO terminates normally more often than Tree-GRPO",
-              "RTPO − Tree-GRPO: airline normal-termination rate", "pp",
-              _pp(ev("rtpo", "normal_termination_rate"), ev("tree_grpo", "normal_termination_rate")),
-              evidence="table08_airline_eval"),
-        Claim("G.1-truncation", PAPER["airline_truncation"], "RTPO truncates less than Tree-GRPO",
-              "RTPO − Tree-GRPO: airline truncation rate", "pp",
+        Claim("G.1-truncation", PAPER["airline_truncation"], "RTPO truncates less (terminates normally more "
+              "often) than Tree-GRPO", "RTPO − Tree-GRPO: airline truncation rate", "pp",
               _pp(ev("rtpo", "truncation_rate"), ev("tree_grpo", "truncation_rate")), sign=-1,
-              evidence="table08_airline_eval",
+              evidence="table08_airline_eval", note="one row for one quantity: an episode here either terminates "
+              "normally or is truncated, so the paper's higher normal-termination rate (Table 8) is this row mirrored",
               **paper_effect(PAPER["airline_truncation"], "pp", _level(ev("tree_grpo", "truncation_rate"), 100),
                              "Tree-GRPO")),
         Claim("G.1-length", PAPER["airline_length"], "RTPO's responses are shorter than Tree-GRPO's",
@@ -498,7 +554,7 @@ def airline(res: Results) -> list[Claim]:
     out.append(Claim(
         "G.1-late-decline", PAPER["airline_late_decline"], "RTPO's online success declines at the end of training",
         f"RTPO: online success ({res.online_column(AIRLINE)}) over the last fifth of steps − over the fourth fifth", "pp",
-        _pp(online("rtpo", LATE), fourth), sign=-1, evidence="table07_airline_online",
+        _pp(online("rtpo", LATE), fourth), sign=-1, evidence="table07_airline_online", family=FAMILY_LEVEL,
         resolution=probe_resolution(res, AIRLINE, "rtpo", LATE), learned=learned,
         **paper_effect(PAPER["airline_late_decline"], "pp", _level(fourth, 100), "RTPO's fourth-fifth")))
     return out
@@ -561,7 +617,7 @@ def group_size(res: Results) -> list[Claim]:
         Claim("G.9-zero-adv-level", level, "most samples still have zero advantage at the largest G",
               f"{hi}: zero_adv_frac averaged over steps − {level.value:g} %", "pp",
               {s: 100 * v - level.value for s, v in st(hi, "zero_adv_frac").items()}, evidence="table10_group_size",
-              note="a limitation of sparse binary reward the paper states, not a property of RTPO"
+              family=FAMILY_LEVEL, note="a limitation of sparse binary reward the paper states, not a property of RTPO"
                    + (f"; {hi} is the main grid's configuration: every main seed counts"
                       if main_twin(res, gs, hi, m) else "")),
     ]
@@ -600,23 +656,41 @@ def trunk_failures(res: Results) -> list[Claim]:
     learned = learns(res, AIRLINE, "rtpo")
     return [
         Claim("G.3-first-turn", PAPER["first_turn_failures"], "most trunk failures happen after the first turn",
-              "RTPO (airline): share of failed trunks that failed in the first turn − 50 %", "pp",
-              {s: 100 * v - 50 for s, v in first_turn_share(res, AIRLINE, "rtpo").items()}, sign=-1,
-              evidence="table12_trunk_failures",
-              note="the claim as the paper words it (most errors occur later); its 6.88 % is a share of all trunks, "
-                   "which the digest's failure rate does not turn into a share of failed trunks, so it does not map "
-                   "(table12 gives ours of all trunks)"),
+              "RTPO (airline): % of all trunks that fail within the first turn − % that fail in a later turn", "pp",
+              _first_minus_later(res, AIRLINE, "rtpo"), sign=-1, evidence="table12_trunk_failures",
+              family=FAMILY_LEVEL,
+              note="in the paper's unit, a share of all trunks (its 6.88 % fail within the first turn; table12 gives "
+                   "ours); 'most errors occur later' is the first-turn share below the later one. The digest gives no "
+                   "overall failure rate, so the paper's gap does not map: the minimal effect"),
         Claim("G.3-no-terminal", PAPER["no_terminal"], "trajectories without a terminal signal disappear over "
               "training", "RTPO (airline): no_terminal_frac, last fifth of steps − first fifth", "pp",
               _scale(late_minus_early("trunks_no_terminal_frac"), 100), sign=-1, evidence="table13_failure_dynamics",
+              family=FAMILY_LEVEL,
               learned=learned, **paper_effect(PAPER["no_terminal"], "pp", _level(early("trunks_no_terminal_frac"), 100),
                                               "RTPO's first-fifth")),
         Claim("G.3-failed-length", PAPER["failed_length"], "failed trajectories get shorter over training",
               "RTPO (airline): failed_len_mean, last fifth of steps − first fifth", "turns",
               late_minus_early("trunks_failed_len_mean"), sign=-1, evidence="table13_failure_dynamics",
+              family=FAMILY_LEVEL,
               learned=learned, **paper_effect(PAPER["failed_length"], "turns", _level(early("trunks_failed_len_mean")),
                                               "RTPO's first-fifth")),
     ]
+
+
+def _first_minus_later(res: Results, task: str, m: str) -> PerSeed:
+    """{seed: 100 × mean over steps of (first-turn failures − later failures), each a share of all trunks}: a
+    trunk fails within the first turn (trunks_first_turn_fail_frac) or later (1 − success_rate − that)."""
+    df = res.step_rows(MAIN, "", task, m)
+    if df.empty or "trunks_first_turn_fail_frac" not in df.columns:
+        return {}
+    out = {}
+    for seed, g in df.groupby("seed"):
+        first = g["trunks_first_turn_fail_frac"].astype(float)
+        later = 1.0 - g["success_rate"].astype(float) - first
+        d = (first - later).dropna()
+        if len(d):
+            out[int(seed)] = 100.0 * float(d.mean())
+    return out
 
 
 def training_cost(res: Results) -> list[Claim]:
@@ -643,11 +717,11 @@ def math_tool_use(res: Results) -> list[Claim]:
     return [
         Claim("G.5-accuracy", PAPER["math_accuracy_vs_vanilla"], "RTPO is more accurate than Vanilla on math",
               "RTPO − Vanilla: math pass@1 (all samples)", "pp", _pp(ev("rtpo", "pass@1"), ev("vanilla", "pass@1")),
-              evidence="tableG5_tool_use", note=TRAINED_VS_UNTRAINED),
+              evidence="tableG5_tool_use", note=TRAINED_VS_UNTRAINED, family=FAMILY_UNTRAINED),
         Claim("G.5-calls", PAPER["math_calls_vs_vanilla"], "RTPO makes fewer tool calls than Vanilla on math",
               "RTPO − Vanilla: math tool calls per trajectory (all samples)", "calls",
               paired(ev("rtpo", "tool_calls_per_traj"), ev("vanilla", "tool_calls_per_traj")), sign=-1,
-              evidence="tableG5_tool_use"),
+              evidence="tableG5_tool_use", note=TRAINED_VS_UNTRAINED_CALLS, family=FAMILY_UNTRAINED),
     ]
 
 
@@ -698,6 +772,7 @@ def budget_over_training(res: Results) -> list[Claim]:
         out.append(Claim(f"G.7-{col.split('_', 1)[1]}", PAPER[ref], f"over training, {label}",
                          f"RTPO (airline): {col}, last fifth of steps − first fifth", unit,
                          _scale(late_minus_early, k), sign=sign, evidence="table21_budget", learned=learned,
+                         family=FAMILY_LEVEL,
                          **paper_effect(PAPER[ref], unit, _level(early, k), "RTPO's first-fifth")))
     return out
 
@@ -756,9 +831,12 @@ def mismatch_control(res: Results) -> list[Claim]:
     mm = res.studies.get("mismatch")
     ref = PAPER["control_mismatch"]
     if mm is None or not {"rtpo", "grpo"} <= set(mm.methods):
+        in_sweep = str(((res.cfg.get("ablations") or {}).get("mismatch") or {}).get("target", "all")) == "sweep"
+        why = ("it runs with the mechanism sweep's target (`bash scripts/pipeline.sh sweep`), whose ledger "
+               "sweep_claims holds its rows" if in_sweep else "study mismatch (with rtpo and grpo) absent from the config")
         return [Claim("C.B-interaction", ref, "RTPO's gain over GRPO is larger under the lossy psi than under psi = full",
                       "(RTPO − GRPO)[main psi] − (RTPO − GRPO)[full]", "pp", {}, kind=KIND_CONTROL,
-                      evidence="table_controls", absent="study mismatch (with rtpo and grpo) absent from the config")]
+                      evidence="sweep_claims" if in_sweep else "table_controls", absent=why)]
     t, v = mm.task, mm.variants[0].name
     psi = str(((res.cfg.get("env") or {}).get(t) or {}).get("psi", "full"))
 
@@ -783,10 +861,60 @@ def mismatch_control(res: Results) -> list[Claim]:
     ]
 
 
+OWN_CONTEXT = ("GRPO trained per turn on the contexts it sampled (train_rows: turn): no rollout–training mismatch, "
+               "GRPO's rollouts, information and trajectory-level advantages")
+
+
+def turn_rows_control(res: Results) -> list[Claim]:
+    """The mismatch-isolating control (study turn_rows, docs/design-controls.md): GRPO trained per turn on the
+    contexts it sampled, c_k = psi(S_k) (GRPO-turn), paired by seed with the main GRPO runs. It removes the
+    rollout–training mismatch and nothing else: does the mismatch cost GRPO the paper's gap, and does RTPO's
+    standing against GRPO survive its removal? Both on 4.1's quantity (pass@1 averaged over the study's
+    benchmarks) against 4.1-grpo's effect."""
+    tr = res.studies.get("turn_rows")
+    ref = PAPER["control_turn_rows"]
+    if tr is None:
+        return [Claim("C.M-grpo_turn-grpo", ref, "removing the rollout–training mismatch helps GRPO",
+                      "GRPO-turn − GRPO: pass@1", "pp", {}, kind=KIND_CONTROL, evidence="table_controls",
+                      absent="study turn_rows absent from the config")]
+    tasks = [t for t in _headline(res) if t in tr.tasks] or list(tr.tasks)
+    v = tr.variants[0].name
+    both = "+".join(tasks)
+    grpo = res.eval_macro_by_seed(tasks, "grpo", "pass@1")
+    turn = res.eval_macro_by_seed(tasks, "grpo", "pass@1", tr.name, v)
+    rtpo = res.eval_macro_by_seed(tasks, "rtpo", "pass@1")
+    effect = paper_effect(PAPER["gain_vs_grpo"], "pp", _level(grpo, 100), method_label("grpo"))
+    out = [
+        Claim("C.M-grpo_turn-grpo", ref, "removing the rollout–training mismatch helps GRPO by the paper's gap",
+              f"GRPO-turn − GRPO: pass@1 averaged over the {both} benchmarks", "pp", _pp(turn, grpo),
+              kind=KIND_CONTROL, evidence="table_controls",
+              note=f"{CONTROL_NOTE}; {OWN_CONTEXT}; tested against 4.1-grpo's effect: if the mismatch were what "
+                   "separates GRPO from RTPO, removing it would gain about that much", **effect),
+        Claim("C.M-rtpo-grpo_turn", ref, "RTPO beats GRPO without GRPO's rollout–training mismatch",
+              f"RTPO − GRPO-turn: pass@1 averaged over the {both} benchmarks", "pp", _pp(rtpo, turn),
+              kind=KIND_CONTROL, evidence="table_controls",
+              note=f"{CONTROL_NOTE}; 4.1-grpo with the mismatch removed from GRPO: what is left of RTPO's standing "
+                   "comes from its credit assignment and continuations", **effect),
+    ]
+    for t in tr.tasks:
+        kl = lambda scope, variant: res.steps_by_seed(t, "grpo", "kl_rollout_train", "mean", scope, variant)  # noqa: E731
+        out.append(Claim(
+            f"C.M-grpo-kl-{t}", ref, f"GRPO-turn has no rollout–training mismatch ({t})",
+            "GRPO − GRPO-turn: KL(rollout‖train) averaged over training steps", "nats/token",
+            paired(kl(MAIN, ""), kl(tr.name, v)), kind=KIND_STRUCTURAL, evidence="table_controls",
+            construction=BY_DESIGN_OWN_CONTEXT, note=f"{CONTROL_NOTE}: its manipulation check"))
+    return out
+
+
+BY_DESIGN_OWN_CONTEXT = ("GRPO-turn scores each action under the exact ids it was sampled from with the same fp32 "
+                         "kernels, so its KL(rollout‖train) is ~0 (float rounding) and k3 >= 0 per token: this "
+                         "difference cannot be negative")
+
 # the ledger's sections, in its row order (the theorem checks follow: theory_rows); the controls last
 SECTIONS: tuple[Callable[[Results], list[Claim]], ...] = (
     main_results, tool_use, consistency, credit_assignment, policy_drift, airline, group_size, trunk_failures,
-    training_cost, math_tool_use, sync_frequency, budget_over_training, matched_updates, mismatch_control,
+    training_cost, math_tool_use, sync_frequency, budget_over_training, matched_updates, turn_rows_control,
+    mismatch_control,
 )
 
 
@@ -829,45 +957,41 @@ def theory_rows(res: Results) -> list[dict[str, Any]]:
 # evaluation and writers
 # ------------------------------------------------------------------------------------------------
 
-LEDGER_COLUMNS = ["claim_id", "kind", "source", "claim", PAPER_COL, "quantity", "unit", "expected", "rule", "ours_mean",
-                  "ci95_lo", "ci95_hi", "n", "p_zero", "p_effect", "p_zero_bh", "p_effect_bh", "seeds", "values",
+LEDGER_COLUMNS = ["claim_id", "kind", "family", "source", "claim", PAPER_COL, "quantity", "unit", "expected", "rule",
+                  "ours_mean", "ci95_lo", "ci95_hi", "n", "p_zero", "p_effect", "p_zero_bh", "n80", "seeds", "values",
                   "verdict", "evidence", "note"]
 
 
 def evaluate_claims(res: Results) -> pd.DataFrame:
-    """The ledger frame: every claim of `SECTIONS` with its verdict, then the theorem checks. The wall-clock
-    claims are a family of their own for the Benjamini-Hochberg adjustment (they are reported apart)."""
+    """The ledger frame: every claim of `SECTIONS` with its verdict, then the theorem checks. Each row's p_zero is
+    Benjamini-Hochberg adjusted within its family (Claim.bh_family, FAMILIES)."""
     claims = build_claims(res)
     rows: list[dict[str, Any] | None] = [None] * len(claims)
-    for family in ((False, False), (False, True), (True, False)):   # (timing, control)
-        idx = [i for i, c in enumerate(claims) if (c.timing, c.control) == family]
+    for family in FAMILIES:
+        idx = [i for i, c in enumerate(claims) if c.bh_family == family]
         for i, row in zip(idx, evaluate_family([claims[i] for i in idx], res.not_run)):
             rows[i] = row
     return pd.DataFrame([*rows, *theory_rows(res)], columns=[*LEDGER_COLUMNS, "timing"])
 
 
 def evaluate_family(claims: list[Claim], not_run: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The ledger rows of a family of claims, their p-values Benjamini-Hochberg adjusted over the family's
-    scored empirical rows (RULE_EFFECT: p_zero and p_effect, each a family of its own) and their verdicts
-    taken from the adjusted p-values."""
+    """The ledger rows of a family of claims: p_zero Benjamini-Hochberg adjusted over the family's scored
+    empirical rows (RULE_EFFECT), the verdicts taken from the adjusted p_zero and the raw p_effect."""
     raw = [evaluate_claim(c, not_run) for c in claims]
     adj_zero = bh_adjust([r["p_zero"] for r in raw])
-    adj_effect = bh_adjust([r["p_effect"] for r in raw])
-    return [evaluate_claim(c, not_run, (z, e)) if not math.isnan(z) else r
-            for c, r, z, e in zip(claims, raw, adj_zero, adj_effect)]
+    return [evaluate_claim(c, not_run, z) if not math.isnan(z) else r for c, r, z in zip(claims, raw, adj_zero)]
 
 
-def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
-                   adjusted: tuple[float, float] | None = None) -> dict[str, Any]:
+def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None, p_zero_bh: float | None = None) -> dict[str, Any]:
     """One ledger row of a claim: its seed summary and its verdict by rule and kind (RULE_EFFECT for an
-    empirical signed claim, RULE_EQUIVALENCE, RULE_STRUCTURAL for a structural one). `adjusted`: the row's
-    (p_zero, p_effect) adjusted over its family (evaluate_family); alone, a row is a family of one."""
+    empirical signed claim, RULE_EQUIVALENCE, RULE_STRUCTURAL for a structural one). `p_zero_bh`: the row's
+    p_zero adjusted over its family (evaluate_family); alone, a row is a family of one."""
     d = c.values
     s = summarize(d.values())
     if c.kind not in (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_CONTROL):
         raise ValueError(f"claim {c.id}: kind {c.kind!r} is not empirical, structural or control")
     note = c.note
-    p_zero = p_effect = math.nan
+    p_zero = p_effect = n80 = math.nan
     if c.absent:  # nothing ran: neither evidence nor an open question of these runs
         verdict = NOT_RUN
         note = f"{NOT_RUN}: {c.absent}" + (f"; {note}" if note else "")
@@ -886,12 +1010,17 @@ def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
         elif s.n >= 2:
             note = (note + "; " if note else "") + f"cannot be scored: {why}"
         if not why and not (math.isnan(p_zero) or math.isnan(p_effect)):
-            adj = adjusted if adjusted is not None else (p_zero, p_effect)
-            verdict = effect_verdict(s, c.sign, effect, c.resolution, *adj)
+            verdict = effect_verdict(s, c.sign, effect, c.resolution, p_zero if p_zero_bh is None else p_zero_bh)
         else:
             verdict = INCONCLUSIVE
-    if adjusted is None:
-        adjusted = (p_zero, p_effect)
+        if verdict == INCONCLUSIVE:
+            n80 = seeds_for_power(s, effect)
+            if not math.isnan(n80):
+                note = (note + "; " if note else "") + (
+                    f"{_undecided(s, p_zero, p_zero_bh)}; ~{n80:.0f} paired seeds for 80 % power at "
+                    f"{effect:.3g} {c.unit} (sd {s.std:.3g} over these {s.n})")
+    if p_zero_bh is None:
+        p_zero_bh = p_zero
     if c.kind == KIND_STRUCTURAL:
         verdict = structural_verdict(verdict)
         note = f"by construction: {c.construction}" + (f"; {note}" if note else "")
@@ -901,13 +1030,20 @@ def evaluate_claim(c: Claim, not_run: dict[str, Any] | None = None,
         note += "; not run: " + ", ".join(f"{b} ({t})" for t, bs in sorted(not_run.items()) for b in sorted(bs))
     elif s.n == 1:
         note = (note + "; " if note else "") + "one seed: no interval"
-    return {"claim_id": c.id, "kind": c.kind, "source": c.source, "claim": c.claim, PAPER_COL: c.paper,
+    return {"claim_id": c.id, "kind": c.kind, "family": c.bh_family if c.kind != KIND_STRUCTURAL else "",
+            "source": c.source, "claim": c.claim, PAPER_COL: c.paper,
             "quantity": c.quantity, "unit": c.unit, "expected": _expected(c), "rule": c.rule,
             "ours_mean": s.mean, "ci95_lo": s.lo, "ci95_hi": s.hi, "n": s.n, "p_zero": p_zero, "p_effect": p_effect,
-            "p_zero_bh": adjusted[0] if not math.isnan(p_zero) else math.nan,
-            "p_effect_bh": adjusted[1] if not math.isnan(p_effect) else math.nan,
+            "p_zero_bh": p_zero_bh if not math.isnan(p_zero) else math.nan, "n80": n80,
             "seeds": ";".join(map(str, d)), "values": ";".join(repr(float(v)) for v in d.values()),
             "verdict": verdict, "evidence": c.evidence, "note": note, "timing": c.timing}
+
+
+def _undecided(s, p_zero: float, p_zero_bh: float | None) -> str:
+    """Why an inconclusive row did not decide, in words."""
+    if not math.isnan(p_zero) and p_zero < 0.05 and p_zero_bh is not None and p_zero_bh >= 0.05:
+        return f"its raw interval excludes 0, not once adjusted (BH p {p_zero_bh:.2g})"
+    return "its interval holds both 0 and the tested effect"
 
 
 def effect_of(c: Claim) -> tuple[float, str]:
@@ -944,11 +1080,13 @@ def verdict_counts(df: pd.DataFrame) -> dict[Any, int]:
     for k in KINDS:
         out[k] = int((kinds == k).sum())
     counts = df.verdict.value_counts()
-    for v in (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN):
+    for v in (REPRODUCED, NOT_REPRODUCED, OPPOSITE_SIGN, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN):
         out[v] = int(counts.get(v, 0))
     out["effect excluded"] = out[SMALLER] + out[NO_EFFECT]
+    out["against the paper"] = out[NOT_REPRODUCED] + out[OPPOSITE_SIGN]
     out["decided"] = out[REPRODUCED] + out[NOT_REPRODUCED]
-    out["empirical decided"] = sum(out.get((KIND_EMPIRICAL, v), 0) for v in (REPRODUCED, NOT_REPRODUCED, *EFFECT_EXCLUDED))
+    out["empirical decided"] = sum(out.get((KIND_EMPIRICAL, v), 0)
+                                   for v in (REPRODUCED, NOT_REPRODUCED, OPPOSITE_SIGN, *EFFECT_EXCLUDED))
     out["claims"] = int(len(df))
     return out
 
@@ -987,16 +1125,22 @@ def ledger_display(df: pd.DataFrame, scale: str = "ours") -> pd.DataFrame:
         "id": df["claim_id"], "kind": df["kind"], "source": df["source"], "claim": df["claim"], PAPER_COL: df[PAPER_COL],
         "ours: quantity": df["quantity"], "unit": df["unit"],
         f"ours ({scale}): mean [95 % CI]": [_fmt_ours(r) for _, r in df.iterrows()],
-        "n seeds": df["n"], "expected": df["expected"], "BH p: ≠ 0 / < d": [_fmt_p(r) for _, r in df.iterrows()],
-        "verdict": df["verdict"]})
+        "n seeds": df["n"], "expected": df["expected"], "p: ≠ 0 (BH) / < d": [_fmt_p(r) for _, r in df.iterrows()],
+        "verdict": df["verdict"], "seeds for 80 % power": [_fmt_n80(r) for _, r in df.iterrows()]})
 
 
 def _fmt_p(r) -> str:
-    """The Benjamini-Hochberg adjusted p-values the verdict used (RULE_EFFECT), "—" for rows not tested."""
-    z, e = r.get("p_zero_bh", math.nan), r.get("p_effect_bh", math.nan)
+    """The p-values the verdict used (RULE_EFFECT): p_zero adjusted in its family, p_effect raw; "—" for rows
+    not tested."""
+    z, e = r.get("p_zero_bh", math.nan), r.get("p_effect", math.nan)
     if pd.isna(z) or pd.isna(e):
         return "—"
     return f"{float(z):.2g} / {float(e):.2g}"
+
+
+def _fmt_n80(r) -> str:
+    n = r.get("n80", math.nan)
+    return "" if pd.isna(n) else f"{float(n):.0f}"
 
 
 def rules_text() -> list[str]:
@@ -1022,10 +1166,15 @@ def rules_text() -> list[str]:
         f"- {RULE_EQUIVALENCE} Here c = 1, m = {RATIO_MARGIN} for the rollout–training ratio.",
         f"- {RULE_STRUCTURAL}",
         f"- {RULE_THEORY}",
-        "Multiplicity: the verdicts of the empirical rows use Benjamini-Hochberg adjusted p-values (statsmodels "
-        "multipletests, fdr_bh) over the ledger's scored empirical rows, one family per test (p_zero, p_effect; "
-        "the wall-clock claims and the controls are families of their own); the intervals shown are the unadjusted 95 % ones, so a "
-        "row whose interval excludes 0 may still be inconclusive.",
+        "Multiplicity: the test against zero (p_zero) is Benjamini-Hochberg adjusted (statsmodels multipletests, "
+        "fdr_bh) within the row's family (the `family` column): comparisons of trained methods (RTPO against a "
+        "trained baseline, or RTPO arms against each other); trained against untrained (RTPO against Vanilla, which "
+        "every RL method beats here); RTPO alone (levels and shares of RTPO's own runs, e.g. a limitation the paper "
+        "states); the controls; the wall-clock claims. The test against the paper's effect (p_effect) is never "
+        "adjusted: adjusting it would make 'reproduced' easier. So an adjusted verdict is never more favourable to "
+        "the paper than the raw 95 % interval allows, and a raw interval wholly on the side the paper argues "
+        "against reads 'opposite sign' (or 'not reproduced', once adjusted). The intervals shown are the "
+        "unadjusted 95 % ones, so a row whose interval excludes 0 may still be inconclusive; its note says so.",
         "95 % interval: mean ± t(0.975, n−1)·sd/√n over the per-seed effects (ddof = 1; exact Student-t "
         "quantiles); differences between methods are paired by seed. An ablation arm that is the main grid's "
         "configuration takes every seed the main grid ran. The paper's column is its reported figure "

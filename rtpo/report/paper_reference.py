@@ -9,6 +9,9 @@ numbers with them directly. Two kinds of use:
   tests against once mapped to our scale (ledger.paper_effect): a relative change in % ("%": times our
   baseline's level in the row's unit, or as is when the row is itself a percent change), or percentage
   points ("pp": as is, where the paper gives a difference without the levels to scale it by).
+  Where the change is between two rates whose levels the paper gives (`levels`, in %), a row in percentage
+  points maps it as the paper's odds ratio applied to our baseline's level instead: the same effect whichever
+  side of the rate a row expresses (truncation 47.5 → 42.5 % is termination 52.5 → 57.5 %), never past 0 or 100.
 - `value` is a level the paper's claim *is*: the rollout-training ratio "stays at 1.0" (§4.2: the
   equivalence centre) and "above 80 % zero advantage at G = 4" (§G.9); and the three relative gains of §4.1
   that table01_gains shows next to ours (PAPER_GAINS).
@@ -33,6 +36,7 @@ class PaperFigure:
     value: float = math.nan
     change: float = math.nan       # the paper's effect, signed, in change_unit (see the module doc)
     change_unit: str = "%"         # "%": a relative change; "pp": percentage points, taken as is
+    levels: tuple[float, float] | None = None   # a rate's (baseline, treatment) levels in %, where the paper gives both
 
 
 F = PaperFigure  # short, for the table below
@@ -45,9 +49,9 @@ PAPER: dict[str, PaperFigure] = {
     "beats_arpo": F("§4.1, Table 1", "RTPO outperforms (no figure in the digest)"),
     # ---- §F.1 tool use on hard math and on knowledge QA --------------------------------------------------
     "aime24_vs_seeupo": F("§F.1", "AIME24 pass@1 33.33 vs 20.00 % (+13.3 pp)",
-                          change=100 * (33.33 / 20.00 - 1)),
+                          change=100 * (33.33 / 20.00 - 1), levels=(20.00, 33.33)),
     "aime24_vs_grpo": F("§F.1", "AIME24 pass@1 33.33 vs 10.00 % (+23.3 pp)",
-                        change=100 * (33.33 / 10.00 - 1)),
+                        change=100 * (33.33 / 10.00 - 1), levels=(10.00, 33.33)),
     "aime24_python_calls": F("§F.1, §G.5", "AIME24: 4 Python calls (RTPO) vs 17 (Vanilla)",
                                change=100 * (4 / 17 - 1)),
     "search_calls": F("§F.1", "613 / 867 calls (HotpotQA / 2Wiki) vs ≈200 for other methods",
@@ -75,22 +79,25 @@ PAPER: dict[str, PaperFigure] = {
     # ---- §G.1 τ3-airline (Tables 7-9) ---------------------------------------------------------------------
     "airline_pass1": F("§G.1, Table 8", "RTPO highest pass@1 (17.50 %)"),
     "airline_pass4": F("§G.1, Table 8", "RTPO highest pass@4 (30.00 %)"),
-    "airline_termination": F("§G.1, Table 8", "RTPO highest normal termination rate"),
-    "airline_truncation": F("§G.1, Table 8", "47.50 → 42.50 %", change=100 * (42.50 / 47.50 - 1)),
+    # (the paper's "highest normal termination rate" is this row mirrored: an episode terminates or is truncated)
+    "airline_truncation": F("§G.1, Table 8", "47.50 → 42.50 % truncation (RTPO highest normal termination rate)", change=100 * (42.50 / 47.50 - 1),
+                            levels=(47.50, 42.50)),
     "airline_length": F("§G.1, Table 8", "2,538.2 → 1,688.8 tokens", change=100 * (1688.8 / 2538.2 - 1)),
     "airline_tool_errors": F("§G.1, Table 9", "50 → 9 error calls (baseline not named in the digest)",
                                change=100 * (9 / 50 - 1)),
     "airline_exec_success": F("§G.1, Table 9", "57.63 → 89.16 % (baseline not named in the digest)",
-                                change=100 * (89.16 / 57.63 - 1)),
+                                change=100 * (89.16 / 57.63 - 1), levels=(57.63, 89.16)),
     "airline_tps_vs_tree_grpo": F("§G.1, Table 9, §G.4", "−38.2 % (9,650.5 tokens per success)",
                                     change=-38.2),
     "airline_tps_vs_grpo": F("§G.1, Table 9, §G.4", "−56.0 %", change=-56.0),
     "airline_online": F("§G.1, Table 7", "RTPO best from Step 20 (of 50) onward; peak 56.25 %"),
     "airline_late_decline": F("§G.1, Table 7, §G.9", "56.25 % (Step 40) → 40.63 % (Step 50)",
-                                change=100 * (40.63 / 56.25 - 1)),
+                                change=100 * (40.63 / 56.25 - 1), levels=(56.25, 40.63)),
     # ---- §G.2 sibling group size G (Tables 10-11), §G.9 ---------------------------------------------------
-    "g_zero_adv": F("§G.2, Table 10", "89.61 → 82.66 % (G 3 → 4)", change=100 * (82.66 / 89.61 - 1)),
-    "g_pass1": F("§G.2, Table 10", "17.50 → 20.00 % (G 3 → 4)", change=100 * (20.00 / 17.50 - 1)),
+    "g_zero_adv": F("§G.2, Table 10", "89.61 → 82.66 % (G 3 → 4)", change=100 * (82.66 / 89.61 - 1),
+                    levels=(89.61, 82.66)),
+    "g_pass1": F("§G.2, Table 10", "17.50 → 20.00 % (G 3 → 4)", change=100 * (20.00 / 17.50 - 1),
+                 levels=(17.50, 20.00)),
     "g_inference_tokens": F("§G.2, Table 10", "9,650.5 → 7,477.9 (G 3 → 4)", change=100 * (7477.9 / 9650.5 - 1)),
     "g_wallclock": F("§G.2, Table 11", "+30.6 % GPU-hours (G 3 → 4)"),
     "g_train_tokens": F("§G.2, Table 11", "+152.8 % (G 3 → 4)"),
@@ -98,7 +105,7 @@ PAPER: dict[str, PaperFigure] = {
     "g2_degenerate": F("§G.2", "G = 2 degenerates (no figure)"),
     # ---- §G.3 trunk quality and failure dynamics (Tables 12-13) -------------------------------------------
     "first_turn_failures": F("§G.3, Table 12", "only 6.88 % of trunks fail within the first turn"),
-    "no_terminal": F("§G.3, Table 13", "37.50 % (Step 10) → 0 % (Step 50)", change=-100.0),
+    "no_terminal": F("§G.3, Table 13", "37.50 % (Step 10) → 0 % (Step 50)", change=-100.0, levels=(37.50, 0.0)),
     "failed_length": F("§G.3, Table 13", "13.30 → 2.84 turns", change=100 * (2.84 / 13.30 - 1)),
     # ---- §G.4 training cost (Table 14): RTPO against a baseline --------------------------------------------
     "cost_wallclock_vs_grpo": F("§G.4, Table 14", "+41.3 % wall-clock / GPU-hours"),
@@ -113,12 +120,15 @@ PAPER: dict[str, PaperFigure] = {
     # ---- §G.7 per-trunk budget, Step 10 → Step 50 (Table 21) ----------------------------------------------
     "budget_tool_calls": F("§G.7, Table 21", "7.34 → 0.94", change=100 * (0.94 / 7.34 - 1)),
     "budget_tokens": F("§G.7, Table 21", "8,013.5 → 1,669.3", change=100 * (1669.3 / 8013.5 - 1)),
-    "budget_tool_success": F("§G.7, Table 21", "74.04 → 93.33 %", change=100 * (93.33 / 74.04 - 1)),
+    "budget_tool_success": F("§G.7, Table 21", "74.04 → 93.33 %", change=100 * (93.33 / 74.04 - 1),
+                             levels=(74.04, 93.33)),
     # ---- this artifact's controls (docs/design-controls.md 1-2): no arm of the paper, no figure --------------
     "control_matched_updates": F("control (this artifact)", "no such arm in the paper: GRPO with RTPO's "
                                  "optimizer steps per training step"),
     "control_mismatch": F("control (this artifact)", "no such arm in the paper: RTPO and GRPO under psi = full "
                           "on knowledge QA"),
+    "control_turn_rows": F("control (this artifact)", "no such arm in the paper: GRPO trained per turn on the "
+                           "contexts it sampled (no rollout-training mismatch, GRPO's information)"),
     # ---- §C theorems (checked by `rtpo theory`) -----------------------------------------------------------
     "theorems": F("§C", "proved (§C)"),
 }

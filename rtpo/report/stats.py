@@ -23,6 +23,10 @@ INCONCLUSIVE = "inconclusive"
 SMALLER = "paper's sign, smaller effect"         # the CI excludes 0 on the paper's side and lies below d
 NO_EFFECT = "no effect of the paper's size"      # the CI holds 0 and lies below d
 EFFECT_EXCLUDED = (SMALLER, NO_EFFECT)
+# empirical, against the paper: the raw 95 % interval lies wholly on the side the paper argues against, but the
+# test against zero is not significant once adjusted over its family (adjusted and significant: NOT_REPRODUCED)
+OPPOSITE_SIGN = "opposite sign"
+AGAINST_PAPER = (NOT_REPRODUCED, OPPOSITE_SIGN)
 # empirical: a training dynamic (e.g. "failed trunks get shorter over training") of runs whose training reward
 # does not rise: the paper's mechanism presupposes learning, so nothing here can show or refute it
 NOT_MEASURABLE = "not measurable at this scale"
@@ -37,8 +41,11 @@ KIND_IMPLEMENTATION = "implementation check"     # a simulation against its own 
 KIND_DERIVATION = "derivation check"             # a simulation against the paper's own expression (theory rows)
 KIND_CONTROL = "control"                         # an empirical comparison of this artifact's controls, not a paper claim
 KINDS = (KIND_EMPIRICAL, KIND_STRUCTURAL, KIND_IMPLEMENTATION, KIND_DERIVATION, KIND_CONTROL)
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN, BY_CONSTRUCTION,
-            AGAINST_CONSTRUCTION)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, OPPOSITE_SIGN, SMALLER, NO_EFFECT, INCONCLUSIVE, NOT_MEASURABLE, NOT_RUN,
+            BY_CONSTRUCTION, AGAINST_CONSTRUCTION)
+# how favourable an empirical verdict is to the paper (higher: more): an adjusted verdict never ranks above the
+# verdict of its row's raw interval (effect_verdict; tests/test_verdicts.py checks it over random rows)
+FAVOUR = {REPRODUCED: 4, SMALLER: 3, INCONCLUSIVE: 2, NO_EFFECT: 1, OPPOSITE_SIGN: 0, NOT_REPRODUCED: 0}
 ALPHA = 0.05   # two-sided level of every interval and test (95 % CIs; one-sided tests at ALPHA / 2)
 
 
@@ -111,20 +118,25 @@ def relative_gain(a: float, b: float) -> float:
 RULE_EFFECT = (
     "effect (empirical claims): the effect is a per-seed number whose sign the paper claims, and d > 0 is the "
     "paper's effect size on our scale (the `expected` column states it and how it was mapped: the paper's "
-    "relative change times our baseline's level, or its figure as is where it is already in the row's unit; "
+    "relative change times our baseline's level; for a rate whose two levels the paper gives, the paper's odds "
+    "ratio applied to our baseline's level, which is the same whichever side of the rate is expressed; a count "
+    "capped at the headroom its cap leaves; the paper's figure as is where it is already in the row's unit; "
     "where the paper gives no figure, a stated minimal effect). Two tests over seeds (Student t): p_zero, "
-    "two-sided, that the effect is 0; p_effect, one-sided, that it is at least d on the paper's side; each "
-    "Benjamini-Hochberg adjusted over the ledger's scored empirical rows (p_zero_bh, p_effect_bh). not "
-    "reproduced if p_zero_bh < 0.05 with the mean on the opposite side; paper's sign, smaller effect if "
-    "p_zero_bh < 0.05 on the paper's side and p_effect_bh < 0.025 (the sign is shown, the paper's size is "
-    "excluded: the upper half of an equivalence / TOST test); reproduced if p_zero_bh < 0.05 on the paper's "
-    "side and not p_effect_bh < 0.025; no effect of the paper's size if p_zero_bh >= 0.05 and p_effect_bh < "
-    "0.025; otherwise inconclusive. Unadjusted, these are the 95 % t-interval's statements (excludes 0, lies "
-    "below d). A row cannot be scored, and is inconclusive, with fewer than 2 seeds, with an interval of zero "
-    "width (every seed the same value: no spread to test against), or when its quantity moves in steps "
-    "coarser than d (`resolution`, e.g. one task of a 16-task probe). A training dynamic of runs whose "
-    "training reward does not rise (table_learning: its 95 % CI does not exclude 0) is not measurable at this "
-    "scale, counted apart.")
+    "two-sided, that the effect is 0; p_effect, one-sided, that it is at least d on the paper's side. Only "
+    "p_zero is Benjamini-Hochberg adjusted, over the row's family (p_zero_bh); p_effect is never adjusted, so "
+    "that an adjustment can only move a verdict away from the paper, never towards it. not reproduced if "
+    "p_zero_bh < 0.05 with the mean on the opposite side; opposite sign if the raw p_zero < 0.05 with the mean "
+    "on the opposite side but p_zero_bh >= 0.05 (the raw 95 % interval lies wholly on the side the paper argues "
+    "against); paper's sign, smaller effect if p_zero_bh < 0.05 on the paper's side and p_effect < 0.025 (the "
+    "sign is shown, the paper's size is excluded: the upper half of an equivalence / TOST test); reproduced if "
+    "p_zero_bh < 0.05 on the paper's side and not p_effect < 0.025; no effect of the paper's size if p_zero_bh "
+    ">= 0.05 and p_effect < 0.025; otherwise inconclusive, with the paired seeds a two-sided t-test at 0.05 "
+    "would need for 80 % power at d given the seeds' sd (`n80`, unadjusted: what more compute could decide). "
+    "Unadjusted, these are the 95 % t-interval's statements (excludes 0, lies below d). A row cannot be "
+    "scored, and is inconclusive, with fewer than 2 seeds, with an interval of zero width (every seed the same "
+    "value: no spread to test against), or when its quantity moves in steps coarser than d (`resolution`, e.g. "
+    "one task of a 16-task probe). A training dynamic of runs whose training reward does not rise "
+    "(table_learning: its 95 % CI does not exclude 0) is not measurable at this scale, counted apart.")
 RULE_EQUIVALENCE = (
     "equivalence(c ± m): the paper claims the quantity equals c. reproduced if the 95 % t-interval over "
     "seeds lies inside [c - m, c + m]; not reproduced if it lies entirely outside; otherwise inconclusive. "
@@ -182,25 +194,54 @@ def unscorable(s: Summary, effect: float, resolution: float = math.nan) -> str:
 
 
 def effect_verdict(s: Summary, sign: int, effect: float, resolution: float = math.nan,
-                   p_zero: float | None = None, p_effect: float | None = None) -> str:
+                   p_zero_adjusted: float | None = None) -> str:
     """RULE_EFFECT: the verdict of an empirical signed claim whose paper effect is `effect` (> 0, in the
-    claim's unit, on the paper's side: sign = +1 the paper says the effect is > 0, -1 < 0). p_zero / p_effect
-    default to the unadjusted t-tests (t_pvalues); the ledger passes their Benjamini-Hochberg adjustment."""
+    claim's unit, on the paper's side: sign = +1 the paper says the effect is > 0, -1 < 0).
+
+    `p_zero_adjusted` is the test against zero adjusted over the row's family (the ledger passes its
+    Benjamini-Hochberg adjustment; default: unadjusted). The test against d is always the raw one, so the
+    adjusted verdict is never more favourable to the paper (FAVOUR) than the raw interval's."""
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1, got {sign}")
     if not effect > 0:
         raise ValueError(f"effect must be > 0 (its size on the paper's side), got {effect}")
     if unscorable(s, effect, resolution):
         return INCONCLUSIVE
-    raw_zero, raw_effect = t_pvalues(s, sign, effect)
-    p_zero = raw_zero if p_zero is None else p_zero
-    p_effect = raw_effect if p_effect is None else p_effect
+    raw_zero, p_effect = t_pvalues(s, sign, effect)
+    p_zero = raw_zero if p_zero_adjusted is None else max(p_zero_adjusted, raw_zero)
     below = p_effect < ALPHA / 2
+    wrong_side = sign * s.mean < 0
     if p_zero < ALPHA:
-        if sign * s.mean < 0:
+        if wrong_side:
             return NOT_REPRODUCED
         return SMALLER if below else REPRODUCED
+    if raw_zero < ALPHA and wrong_side:
+        return OPPOSITE_SIGN
     return NO_EFFECT if below else INCONCLUSIVE
+
+
+def seeds_for_power(s: Summary, effect: float, power: float = 0.8, most: int = 100_000) -> float:
+    """The fewest paired seeds at which a two-sided one-sample t-test at ALPHA has `power` to detect an effect of
+    size `effect` (> 0), taking the seeds' sd as the truth (statsmodels TTestPower.power, searched over n); NaN
+    without an sd, or beyond `most`. Unadjusted: a family's adjustment asks for somewhat more."""
+    from statsmodels.stats.power import TTestPower
+
+    if s.n < 2 or math.isnan(s.std) or zero_width(s) or not effect > 0:
+        return math.nan
+    es = effect / s.std
+
+    def enough(n: int) -> bool:
+        return float(TTestPower().power(effect_size=es, nobs=n, alpha=ALPHA, alternative="two-sided")) >= power
+    hi = 2
+    while not enough(hi):
+        if hi >= most:
+            return math.nan
+        hi *= 2
+    lo = max(2, hi // 2)
+    while lo < hi:   # the smallest n in [lo, hi] with enough power (power rises with n)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if enough(mid) else (mid + 1, hi)
+    return float(lo)
 
 
 def bh_adjust(pvalues: Iterable[float]) -> list[float]:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from rtpo.report.load import MAIN, Results
 from rtpo.report.stats import (
-    KIND_EMPIRICAL, NO_EFFECT, NOT_REPRODUCED, REPRODUCED, SMALLER, problem_summary, summarize,
+    KIND_EMPIRICAL, NO_EFFECT, NOT_REPRODUCED, OPPOSITE_SIGN, REPRODUCED, SMALLER, problem_summary, summarize,
 )
 from rtpo.report.table_base import fmt_value, method_label, ms, seed_phrase, tasks_with, to_markdown
 from rtpo.report.tables_main import budget_cells, learning_cells, vanilla_comparisons
@@ -165,10 +165,12 @@ def status_lines(res: Results, ledger: pd.DataFrame) -> list[str]:
     # ---- ledger
     k = verdict_counts(ledger)
     emp = ledger[ledger["kind"] == KIND_EMPIRICAL] if "kind" in ledger.columns else ledger
-    named = [f"{v.capitalize()}: {', '.join(ids)}." for v in (REPRODUCED, NOT_REPRODUCED, SMALLER, NO_EFFECT)
+    named = [f"{v.capitalize()}: {', '.join(ids)}." for v in (REPRODUCED, NOT_REPRODUCED, OPPOSITE_SIGN, SMALLER,
+                                                              NO_EFFECT)
              if (ids := emp[emp.verdict == v].claim_id.tolist())]
     L += [f"Claim ledger (results/tables/claims.md): {k['claims']} claims by kind (only empirical ones are "
-          f"evidence for or against the paper; verdicts on Benjamini-Hochberg adjusted p-values): "
+          f"evidence for or against the paper; the test against zero Benjamini-Hochberg adjusted within each row's "
+          f"family, the test against the paper's effect never adjusted): "
           f"{counts_text(ledger)}." + "".join(f" {x}" for x in named),
           "Wall-clock claims and timings are machine-dependent and kept apart: results/tables/timing_claims.md, "
           "results/tables/timing_status.md.", ""]

@@ -94,17 +94,25 @@ def scope_seeds(cfg: Mapping[str, Any], scope: str = MAIN) -> list[int]:
 def seed_counts_range(cfg: Mapping[str, Any], scope: str = MAIN) -> tuple[int, int]:
     """(fewest, most) seeds of a scope's cells: the main grid's differ by cell under `seed_counts`."""
     n = len(scope_seeds(cfg, scope))
-    counts = [int(v) for c in (cfg.get("seed_counts") or {}).values() for v in (c or {}).values()]
-    return (min([n, *counts]), max([n, *counts])) if scope == MAIN else (n, n)
+    if scope != MAIN:
+        own = [int(v) for v in (((cfg.get("ablations") or {}).get(scope) or {}).get("seed_counts") or {}).values()]
+        return min([n, *own]), max([n, *own])
+    counts = [int(v) for c in (cfg.get("seed_counts") or {}).values() for v in (c or {}).values() if int(v) > 0]
+    return min([n, *counts]), max([n, *counts])
 
 
 def seed_phrase(cfg: Mapping[str, Any], scope: str = MAIN) -> str:
     """'the seeds [0, 1, 2] (n = 3)', or for a main grid with per-cell counts the default and each exception."""
     seeds = scope_seeds(cfg, scope)
     counts = cfg.get("seed_counts") or {}
-    if scope != MAIN or not counts:
+    if scope != MAIN:
+        own = ((cfg.get("ablations") or {}).get(scope) or {}).get("seed_counts") or {}
+        extra = "".join(f"; {method_label(m)}: seeds 0..{int(n) - 1} (n = {int(n)})" for m, n in own.items())
+        return f"the seeds {seeds} (n = {len(seeds)}){extra}"
+    if not counts:
         return f"the seeds {seeds} (n = {len(seeds)})"
-    cells = "; ".join(f"{t}: " + ", ".join(f"{method_label(m)} {n}" for m, n in (c or {}).items())
+    cells = "; ".join(f"{t}: " + ", ".join(f"{method_label(m)} {n}" if int(n) else f"{method_label(m)} not run"
+                                           for m, n in (c or {}).items())
                       for t, c in counts.items() if c)
     return (f"each (task, method) cell's seeds 0..n-1, n = {len(seeds)} except {cells} (config seed_counts; a "
             "comparison pairs the seeds both cells have)")

@@ -266,16 +266,20 @@ def optimizer_steps_by_seed(res: Results, task: str, method: str, scope: str = M
 
 
 def table_controls(res: Results) -> list[Table]:
-    """The two controls of docs/design-controls.md (ledger rows C.A-*, C.B-*): per task, RTPO, GRPO and GRPO with
-    RTPO's optimizer steps (study matched_updates); on the mismatch study's task, RTPO and GRPO under the main psi
-    and under psi = full (study mismatch). pass@1 (mean over the task's benchmarks; airline: every sample) and the
-    optimizer steps each arm took per training step, from its records."""
-    mu, mm = res.studies.get("matched_updates"), res.studies.get("mismatch")
-    if mu is None and mm is None:
+    """The controls of docs/design-controls.md (ledger rows C.A-*, C.M-*, C.B-*): per task, RTPO, the flat methods
+    and those methods with RTPO's optimizer steps (study matched_updates); GRPO and GRPO trained per turn on the
+    contexts it sampled (study turn_rows); where the config runs it with `all`, RTPO and GRPO under psi = full
+    (study mismatch). pass@1 (mean over the task's benchmarks; airline: every sample) and the optimizer steps
+    each arm took per training step, from its records."""
+    mu, tr, mm = (res.studies.get(s) for s in ("matched_updates", "turn_rows", "mismatch"))
+    if mu is None and tr is None and mm is None:
         return []
-    rows, disp = [], []
+    rows, disp, seen = [], [], set()
 
     def add(control: str, task: str, arm: str, method: str, psi: str, scope: str = MAIN, variant: str = "") -> None:
+        if (control, task, arm) in seen:
+            return
+        seen.add((control, task, arm))
         p1 = (res.eval_by_seed(task, method, "overall", "pass@1", scope, variant) if task == "airline"
               else res.eval_macro_by_seed([task], method, "pass@1", scope, variant))
         steps = optimizer_steps_by_seed(res, task, method, scope, variant)
@@ -288,26 +292,36 @@ def table_controls(res: Results) -> list[Table]:
 
     def main_psi(task: str, method: str) -> str:
         return str(res.main_setting(method, task, "psi") or ((res.cfg.get("env") or {}).get(task) or {}).get("psi"))
+    a, m_, b = "A: matched optimizer steps", "M: GRPO on its own contexts", "B: psi = full"
     if mu is not None:
         for variant, task, m in mu.cells:
-            add("A: matched optimizer steps", task, "RTPO", "rtpo", main_psi(task, "rtpo"))
-            add("A: matched optimizer steps", task, method_label(m), m, main_psi(task, m))
-            add("A: matched optimizer steps", task, f"{method_label(m)}-K ({variant})", m, main_psi(task, m),
-                mu.name, variant)
+            add(a, task, "RTPO", "rtpo", main_psi(task, "rtpo"))
+            add(a, task, method_label(m), m, main_psi(task, m))
+            add(a, task, f"{method_label(m)}-K ({variant})", m, main_psi(task, m), mu.name, variant)
+    if tr is not None:
+        for variant, task, m in tr.cells:
+            add(m_, task, "RTPO", "rtpo", main_psi(task, "rtpo"))
+            add(m_, task, method_label(m), m, main_psi(task, m))
+            add(m_, task, f"{method_label(m)}-turn ({variant})", m, main_psi(task, m), tr.name, variant)
     if mm is not None:
         v = mm.variants[0]
         for m in mm.methods:
-            add("B: psi = full", mm.task, method_label(m), m, main_psi(mm.task, m))
-            add("B: psi = full", mm.task, f"{method_label(m)} [{v.value}]", m, str(v.value), mm.name, v.name)
-    notes = ["Controls of this artifact, not the paper's (docs/design-controls.md 1-2; ledger rows C.A-*, C.B-*). "
-             "A: GRPO-K is GRPO with its own rollouts of each training step cut by prompt into K mini-batches, one "
-             "optimizer step each (train.mini_batches = K, verl's ppo_mini_batch_size meaning), K = RTPO's realised "
-             "stage count on the task. B: the methods under psi = full, where the flat methods sample and train on "
-             "the same context.",
+            add(b, mm.task, method_label(m), m, main_psi(mm.task, m))
+            add(b, mm.task, f"{method_label(m)} [{v.value}]", m, str(v.value), mm.name, v.name)
+    studies = [st for st in (mu, tr, mm) if st is not None]
+    notes = ["Controls of this artifact, not the paper's (docs/design-controls.md 1-2; ledger rows C.A-*, C.M-*"
+             + (", C.B-*" if mm is not None else "") + "). A: a flat method-K is that method with its own rollouts of "
+             "each training step cut by prompt into K mini-batches, one optimizer step each (train.mini_batches = K, "
+             "verl's ppo_mini_batch_size meaning), K = RTPO's realised stage count on the task. M: GRPO-turn is GRPO "
+             "with one training row per turn, (c_k, turn k), scored under the context it was sampled from "
+             "(method.grpo.train_rows = turn): GRPO's chains and advantages without the rollout–training mismatch."
+             + (" B: the methods under psi = full, where the flat methods sample and train on the same context."
+                if mm is not None else ""),
              "pass@1 in % (mean over the task's benchmarks per seed; airline: over every sample); optimizer steps per "
              "training step from the runs' records (the rise of train_version per step). Unmarked arms are the main "
              "grid's runs (" + seed_phrase(res.cfg) + "); the control arms run "
-             + "; ".join(f"{st.name}: {seed_phrase(res.cfg, st.name)}" for st in (mu, mm) if st is not None)
-             + " (the n column gives each arm's count).", seeds_note(res, mu.name if mu is not None else mm.name)]
-    return [Table("table_controls", "Controls: GRPO with RTPO's optimizer steps; RTPO and GRPO under psi = full",
-                  pd.DataFrame(rows), pd.DataFrame(disp), notes)]
+             + "; ".join(f"{st.name}: {seed_phrase(res.cfg, st.name)}" for st in studies)
+             + " (the n column gives each arm's count).", seeds_note(res, studies[0].name)]
+    title = "Controls: flat methods with RTPO's optimizer steps; GRPO on its own contexts" + (
+        "; RTPO and GRPO under psi = full" if mm is not None else "")
+    return [Table("table_controls", title, pd.DataFrame(rows), pd.DataFrame(disp), notes)]

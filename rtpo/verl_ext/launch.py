@@ -102,6 +102,9 @@ def trainer_mode(method: str, m: dict[str, Any]) -> str:
     if not card(method).trains:
         raise ValueError(f"{method} trains nothing: `rtpo train --engine verl` writes its final/ and summary.json "
                          "without verl (write_untrained)")
+    if str(m.get("train_rows", "flat")) != "flat":
+        raise ValueError(f"{method}.train_rows = {m['train_rows']!r} (per-turn rows, this artifact's turn_rows control) "
+                         "is built on the local engine only; verl trains GRPO with its own flattened rows")
     if method in TURN_ROW_METHODS:
         cont = str(m.get("continuation", "on_policy"))
         if cont not in ("on_policy", "off_policy"):
