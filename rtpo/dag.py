@@ -23,10 +23,10 @@ from typing import Any
 import yaml
 
 from rtpo.config import ConfigError
-from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
-                             study_methods,
-                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp, study_tasks,
-                             UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
+from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, TASK_KINDS, UNTRAINED, AblationCell, Experiment, Run,
+                             RunKey, SweepCell, data_file, group_label, seed_groups, study_methods, study_tasks,
+                             sweep_errors)
+from rtpo.report.table_names import table_runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,15 +241,11 @@ class Dag:
         self.sweep = exp.sweep
         self.sweep_seeds = exp.sweep_seeds
         self.sweep_by_key = exp.sweep_by_key
-        # the settings of every job (rtpo.experiment computes each once)
-        self.run_settings, self.train_settings, self.eval_settings = (exp.run_settings, exp.train_settings,
-                                                                      exp.eval_settings)
-        self.train_stamp, self.data_settings, self.base_model_settings = (exp.train_stamp, exp.data_settings,
-                                                                          exp.base_model_settings)
+        # the settings of the jobs upstream of the runs and of the main grid's (rtpo.experiment computes each once)
+        self.run_settings, self.eval_settings = exp.run_settings, exp.eval_settings
+        self.data_settings, self.base_model_settings = exp.data_settings, exp.base_model_settings
         self.sweep_hops, self.sweep_data_settings, self.sweep_base_settings = (exp.sweep_hops, exp.sweep_data_settings,
                                                                                exp.sweep_base_settings)
-        self.sweep_run_settings, self.sweep_train_stamp, self.sweep_eval_settings = (
-            exp.sweep_run_settings, exp.sweep_train_stamp, exp.sweep_eval_settings)
 
     # ------------------------------------------------------------------ the runs
     def all_main_cells(self) -> list[tuple[str, str, int]]:
@@ -286,6 +282,11 @@ class Dag:
     def cell(self, key: str) -> AblationCell:
         """The arm of a {cell} wildcard value."""
         return self.cell_by_key[key]
+
+    def job_run(self, cell: AblationCell | SweepCell) -> Run:
+        """The run of the first seed of an arm's or a sweep cell's job: its method, task, `--set` overrides,
+        settings and inputs are every seed's."""
+        return self.experiment.run(RunKey(cell.scope, cell.variant, cell.task, cell.method, cell.seeds[0]))
 
     # ------------------------------------------------------------------ jobs of several seeds
     def seed_jobs(self, rule: str, seeds: Iterable[int]) -> list[SeedJob]:
@@ -421,8 +422,8 @@ class Dag:
         return sorted(set(files))
 
     def table_targets(self, name: str) -> list[str]:
-        """What table `name` reads (rtpo.experiment.TABLE_RUNS): its runs' summary.json and eval JSON."""
-        return sorted(set(self.run_targets(self.experiment.table_runs(name))))
+        """What table `name` reads (rtpo.report.table_names.TABLE_RUNS): its runs' summary.json and eval JSON."""
+        return sorted(set(self.run_targets(table_runs(self.experiment, name))))
 
     def sweep_targets(self, with_final: bool = False) -> list[str]:
         """Every run's summary.json (and final/) and eval JSON of the sweep's target: the sweep's cells and the

@@ -166,20 +166,27 @@ def test_data_fingerprint_is_what_the_data_job_reads(cpu, tmp_path, monkeypatch)
     assert (tmp_path / "experts.jsonl").read_text().count("\n") == cfg["sft"]["demos_per_task"]
 
 
+def _stamp(cfg, method: str, task: str) -> str:
+    """The job stamp of a main run (every seed's is the same): rtpo.run_record.job_stamp of its identity."""
+    return dag.Dag(cfg).experiment.select("main", task=task, method=method)[0].stamp
+
+
 def test_train_stamp_follows_upstream_settings(cpu):
-    d = dag.Dag(cpu)
-    stamp = d.train_stamp("grpo", "math")
-    assert stamp == d.train_stamp("grpo", "math")
+    stamp = _stamp(cpu, "grpo", "math")
+    run = dag.Dag(cpu).experiment.select("main", task="math", method="grpo")[0]
+    from rtpo.run_record import job_stamp
+
+    assert stamp == run.stamp == job_stamp(run.identity)
     for path, value in (("sft.imperfection", 0.5), ("method.grpo.per_task.math.chains", 4),
                         ("method.grpo.lr", 1e-3), ("env.math.max_turns", 2)):
         c = copy.deepcopy(cpu)
         set_path(c, f"{path}={value}")
-        assert dag.Dag(c).train_stamp("grpo", "math") != stamp, path
+        assert _stamp(c, "grpo", "math") != stamp, path
     for path, value in (("model.threads", 7),                     # speed only
                         ("method.grpo.per_task.airline.chains", 4)):  # another task's budget
         c = copy.deepcopy(cpu)
         set_path(c, f"{path}={value}")
-        assert dag.Dag(c).train_stamp("grpo", "math") == stamp, path
+        assert _stamp(c, "grpo", "math") == stamp, path
 
 
 def test_gpu_rules_and_cross_references(cpu):

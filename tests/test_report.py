@@ -786,7 +786,7 @@ def test_one_table_by_name_writes_just_its_files_as_the_full_report_does(tree, t
     """`rtpo report tables --only NAME` (the named Snakemake targets): the builder's tables, byte for byte as
     the full report writes them, and no other file; the names are rtpo.experiment's, in the registry's order;
     an unknown name fails with exit 2 naming it and the known ones."""
-    from rtpo.experiment import TABLE_NAMES
+    from rtpo.report.table_names import TABLE_NAMES
     from rtpo.report.tables import TABLES
 
     assert tuple(fn.__name__ for fn in TABLES) == TABLE_NAMES

@@ -154,7 +154,7 @@ def test_dry_run_of_every_config(wf, name):
 def test_each_paper_table_is_a_target_of_its_own(wf):
     """`snakemake table10_group_size` runs that table's rule (and what it needs), not the report; `all`
     does not run the named rules (the tables rule writes the same files)."""
-    from rtpo.experiment import TABLE_NAMES
+    from rtpo.report.table_names import TABLE_NAMES
 
     r = run_snakemake(wf, "-n", "table10_group_size", "--configfile", "config/smoke.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]

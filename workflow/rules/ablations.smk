@@ -22,8 +22,8 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         name:
             _job.rule
         input:
-            train=lambda wildcards: experiment.data_file(cell_of(wildcards).task, "train"),
-            model="results/models/base",
+            train=lambda wildcards: run_of(wildcards).inputs.train_file,
+            model=lambda wildcards: run_of(wildcards).inputs.base_model,
         output:
             summary=_job.paths(f"{_run}/summary.json"),
             final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -42,12 +42,10 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         threads: PIPELINE.threads
         params:
             **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
-            method=lambda wildcards: cell_of(wildcards).method,
-            task=lambda wildcards: cell_of(wildcards).task,
-            key=lambda wildcards: dag.key_args(cell_of(wildcards).study, cell_of(wildcards).variant),
-            settings=lambda wildcards: experiment.fingerprint(
-                PIPELINE.run_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-            ),
+            method=lambda wildcards: run_of(wildcards).method,
+            task=lambda wildcards: run_of(wildcards).task,
+            key=lambda wildcards: dag.key_args(run_of(wildcards).scope, run_of(wildcards).variant),
+            settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).settings),
             config=config_path,
         shell:
             dag.TRAIN_SHELL
@@ -60,7 +58,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             _job.rule
         input:
             model=_job.paths("results/ablations/{cell}/seed{seed}/final"),
-            eval=lambda wildcards: experiment.data_file(cell_of(wildcards).task, "eval"),
+            eval=lambda wildcards: run_of(wildcards).inputs.eval_data,
         output:
             result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
         log:
@@ -82,12 +80,10 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
                 "results/ablations/{cell}/eval_seed{seed}.json",
                 "results/logs/ablations/{cell}/eval_seed{seed}.log",
             ),
-            method=lambda wildcards: cell_of(wildcards).method,
-            task=lambda wildcards: cell_of(wildcards).task,
-            sets=lambda wildcards: dag.set_args(cell_of(wildcards).sets),
-            settings=lambda wildcards: experiment.fingerprint(
-                PIPELINE.eval_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-            ),
+            method=lambda wildcards: run_of(wildcards).method,
+            task=lambda wildcards: run_of(wildcards).task,
+            sets=lambda wildcards: dag.set_args(run_of(wildcards).sets),
+            settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).eval_settings),
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/ablations/{cell}/seed{seed}/final")["out"],

@@ -23,6 +23,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from rtpo import dag, experiment
+from rtpo.report import table_names
 from rtpo.config import SCHEMA, ConfigError, retype_command_line
 from rtpo.report.landing import landing_page
 
@@ -278,6 +279,12 @@ def sweep_of(wildcards):
 def cell_of(wildcards):
     """The AblationCell of a job with a {cell} wildcard."""
     return PIPELINE.cell(wildcards.cell)
+
+
+def run_of(wildcards):
+    """The Run (rtpo.experiment) of the first seed of a job with a {cell} or {scell} wildcard: its method, task,
+    `--set` overrides, settings and inputs are every seed's of the job."""
+    return PIPELINE.job_run(cell_of(wildcards) if "cell" in wildcards.keys() else sweep_of(wildcards))
 
 
 def copied_run(wildcards):

@@ -3,7 +3,7 @@
 The report code decides its file names, so the tables and figures rules declare a sentinel file
 written after the command succeeds (results/tables/.tables.done, figures/.figures.done); the
 ledger's files are fixed: results/tables/claims.{csv,md}; each of the paper's tables is also a target
-of its own, named after it (`snakemake table10_group_size`: rtpo.experiment.TABLE_NAMES), and takes only the runs it reads; the status rule
+of its own, named after it (`snakemake table10_group_size`: rtpo.report.table_names.TABLE_NAMES), and takes only the runs it reads; the status rule
 writes the README's status section, results/tables/status.md, and timing_status.md. Files named results/tables/timing_* hold
 wall-clock numbers; every other file there is byte-identical when the DAG is rerun on one machine.
 report_assets copies the PNG figures and CSV tables into results/report/ as directories marked for
@@ -27,11 +27,11 @@ rule tables:
         "rtpo report tables --config {params.config} --results results --tables $(dirname {output}) > {log} 2>&1"
 
 
-# The paper's tables by name (rtpo.experiment.TABLE_NAMES): `snakemake table10_group_size` writes
+# The paper's tables by name (rtpo.report.table_names.TABLE_NAMES): `snakemake table10_group_size` writes
 # results/tables/table10_group_size.{csv,md,tex} alone (`rtpo report tables --only`) from the runs that table
-# reads (rtpo.experiment.TABLE_RUNS: the group-size arms and the main runs they copy), and trains only those.
+# reads (rtpo.report.table_names.TABLE_RUNS: the group-size arms and the main runs they copy), and trains only those.
 # `all` does not use these rules: the tables rule above writes the same files together.
-for _name in experiment.TABLE_NAMES:
+for _name in table_names.TABLE_NAMES:
 
     rule:
         name:

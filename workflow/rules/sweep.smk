@@ -70,8 +70,8 @@ if PIPELINE.sweep:
             name:
                 _job.rule
             input:
-                train=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/train.jsonl",
-                model=experiment.SWEEP_BASE,
+                train=lambda wildcards: run_of(wildcards).inputs.train_file,
+                model=lambda wildcards: run_of(wildcards).inputs.base_model,
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -90,10 +90,10 @@ if PIPELINE.sweep:
             threads: PIPELINE.threads
             params:
                 **seed_params(_job, _run, "results/logs/sweep/{scell}/seed{seed}/train.log"),
-                method=lambda wildcards: sweep_of(wildcards).method,
-                task="search",
-                key=lambda wildcards: dag.key_args("sweep", sweep_of(wildcards).variant),
-                settings=lambda wildcards: experiment.fingerprint(PIPELINE.sweep_run_settings(sweep_of(wildcards))),
+                method=lambda wildcards: run_of(wildcards).method,
+                task=lambda wildcards: run_of(wildcards).task,
+                key=lambda wildcards: dag.key_args(run_of(wildcards).scope, run_of(wildcards).variant),
+                settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).settings),
                 config=config_path,
             shell:
                 dag.TRAIN_SHELL
@@ -105,7 +105,7 @@ if PIPELINE.sweep:
                 _job.rule
             input:
                 model=_job.paths("results/sweep/{scell}/seed{seed}/final"),
-                eval=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
+                eval=lambda wildcards: run_of(wildcards).inputs.eval_data,
             output:
                 result=_job.paths("results/sweep/{scell}/eval_seed{seed}.json"),
             log:
@@ -127,9 +127,9 @@ if PIPELINE.sweep:
                     "results/sweep/{scell}/eval_seed{seed}.json",
                     "results/logs/sweep/{scell}/eval_seed{seed}.log",
                 ),
-                method=lambda wildcards: sweep_of(wildcards).method,
-                sets=lambda wildcards: dag.set_args(sweep_of(wildcards).sets),
-                settings=lambda wildcards: experiment.fingerprint(PIPELINE.sweep_eval_settings(sweep_of(wildcards))),
+                method=lambda wildcards: run_of(wildcards).method,
+                sets=lambda wildcards: dag.set_args(run_of(wildcards).sets),
+                settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).eval_settings),
                 config=config_path,
                 engine=eval_engine,
                 model=seed_params(_job, "results/sweep/{scell}/seed{seed}/final")["out"],
