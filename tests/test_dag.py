@@ -72,7 +72,7 @@ def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
     trained, reused = {c.key for c in d.trained_cells()}, {c.key for c in d.reused_cells()}
     assert trained | reused == set(d.cell_by_key) and not trained & reused
     # every arm runs the ablation seeds, a copied one as copies of the main runs of those seeds (the ledger
-    # adds the main grid's other seeds: rtpo.report.ledger.with_main_seeds)
+    # adds the main grid's other seeds: rtpo.report.claims.claim.with_main_seeds)
     assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert d.cell_by_key["group_size/G2/airline/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert set(cpu["ablations"]["seeds"]) < set(cpu["seeds"])   # the CPU default has main seeds beyond them

@@ -342,7 +342,7 @@ def _group_size_results(default_g: int, values=(2, 3, 4)):
 
 
 def test_group_size_builder_compares_the_default_g_with_the_next_larger():
-    from rtpo.report.ledger import group_size
+    from rtpo.report.claims.group_size import group_size
 
     claims = {c.id: c for c in group_size(_group_size_results(default_g=3))}
     assert list(claims) == ["G.2-zero-adv", "G.2-pass1", "G.2-inference-tokens", "G.2-wallclock", "G.2-train-tokens",
@@ -366,7 +366,7 @@ def test_group_size_builder_compares_the_default_g_with_the_next_larger():
 
 
 def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
-    from rtpo.report.ledger import policy_drift
+    from rtpo.report.claims.policy_drift import policy_drift
 
     cfg = {"tasks": ["search"], "methods": ["rtpo"], "seeds": [0, 1],
            "ablations": {"seeds": [0, 1], "continuation": {"task": "search", "values": ["on_policy", "off_policy"]}}}
@@ -389,7 +389,7 @@ def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
 
 
 def test_consistency_builder_tests_the_ratio_against_the_papers_level():
-    from rtpo.report.ledger import RATIO_MARGIN, consistency
+    from rtpo.report.claims.consistency import RATIO_MARGIN, consistency
 
     cfg = {"tasks": ["math"], "methods": ["grpo", "rtpo"], "seeds": [0, 1], "env": {"math": {"psi": "qwen3"}}}
     steps = [{"scope": "main", "variant": "", "task": "math", "method": m, "seed": s, "step": i,
