@@ -254,11 +254,14 @@ def exclusive(target: str | os.PathLike, what: str = "writing", directory: bool 
     drops the lock when the holder exits or is killed, so a dead run never blocks its rerun; a lock file
     stays (removing it would let a third process lock a new file while the second still holds the old
     one). The lock is keyed by the locked inode, so a symlink, a bind mount or any other path to the same
-    directory meets it."""
+    directory meets it. A directory made here to be locked is removed again when the block leaves it empty
+    (a run refused on its inputs leaves nothing)."""
     target = Path(target)
     if directory is None:
         directory = target.is_dir() or not target.suffix
+    created = False
     if directory:
+        created = not target.exists()
         target.mkdir(parents=True, exist_ok=True)
         locked = target
         fd = os.open(locked, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -298,6 +301,9 @@ def exclusive(target: str | os.PathLike, what: str = "writing", directory: bool 
         fd, depth = _held[key]
         if depth <= 1:
             del _held[key]
+            if created:   # made only to be locked and still empty (its inputs were refused): leave nothing behind
+                with contextlib.suppress(OSError):
+                    os.rmdir(target)
             os.close(fd)  # closing the descriptor releases the flock
         else:
             _held[key] = (fd, depth - 1)

@@ -55,7 +55,7 @@ from rtpo.data import load_tasks
 from rtpo.experiment import MAIN, Experiment, Run, RunKey
 from rtpo.engine.base import SamplingParams
 from rtpo.envs.base import Task
-from rtpo.inputs import write_manifest
+from rtpo.inputs import check_model_dir, write_manifest
 from rtpo.instrument import JsonlWriter, dumps, is_success, run_summary
 from rtpo.progress import progress as tqdm
 from rtpo.rollout import Roller, Start
@@ -169,6 +169,7 @@ def _train(run: Run, out: Path, model_dir: str | Path, train_file: str | Path, p
     cfg, s = run.config, run.settings
     tr, mcfg, env_cfg, psi = s["train"], s["method"], s["env"], s["psi"]
     steps = int(tr["steps"])
+    check_model_dir(model_dir)  # a truncated / corrupt model file: exit 2 naming it
     check_model_fits(model_dir, cfg)
     seed_everything(seed)
     tasks, heldout = heldout_split(load_tasks(train_file, kind=task), int(tr.get("heldout_prompts", 0)))

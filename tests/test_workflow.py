@@ -232,7 +232,7 @@ def test_seed_group_jobs_train_and_evaluate_several_seeds(wf):
     assert job["output"].split(", ")[:2] == ["results/runs/math/rtpo/seed3/summary.json",
                                              "results/runs/math/rtpo/seed4/summary.json"]
     shell = re.search(r"exec rtpo train .*--method rtpo --task math --seed 3 4 .*", r.stdout).group(0)
-    assert "--out 'results/runs/math/rtpo/seed{seed}'" in shell and "--stamp " in shell
+    assert "--out 'results/runs/math/rtpo/seed{seed}'" in shell and "--job-guard" in shell
     assert "--log 'results/logs/train/math/rtpo/seed{seed}.log' > results/logs/train/math/rtpo/seeds3-4.job.log" in shell
 
 
