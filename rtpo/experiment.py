@@ -628,7 +628,7 @@ class Experiment:
         has that (task, method) at every ablation seed, and the arm's overrides change none of its
         effective settings, e.g. G3 when method.rtpo.group_size is 3: its files of the ablation seeds are
         then copies of the main runs' (rules ablation_reuse_run / ablation_reuse_eval) instead of a
-        retrain, and the ledger adds the main grid's other seeds (rtpo.report.ledger.with_main_seeds)."""
+        retrain, and the ledger adds the main grid's other seeds (rtpo.report.claims.claim.with_main_seeds)."""
         if not self.ablations.get("reuse_main_runs", True):
             return None
         if not all((cell.task, cell.method, s) in main for s in cell.seeds):

@@ -18,7 +18,7 @@ shown, and the flat methods' budget against RTPO's realised trajectories per pro
                                    verdict), RTPO − method (paired), the mismatch the method trained under,
                                    trajectories per prompt (E.3's count), the budget ratio to RTPO's and its
                                    flag beyond 1.0 ± 10 %, Adam steps per training step
-  <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.ledger.evaluate_family: the ledger's rules, one
+  <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.claims.verdicts.evaluate_family: the ledger's rules, one
                                    Benjamini-Hochberg family): the interaction at every K, its growth over K,
                                    and the manipulation check (the flat method's KL under lossy psi against
                                    full: structural)
@@ -251,7 +251,7 @@ def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | No
     shortest K to the longest > 0 (the mechanism: the lead the mismatch gives RTPO grows with the horizon);
     (3) the manipulation check, m's KL(rollout ‖ train) under p above its KL under full (structural). Each
     empirical row's note carries the learning of the cells it reads and the budget ratios."""
-    from rtpo.report.ledger import Claim
+    from rtpo.report.claims.claim import Claim
 
     sw = cfg["sweep"]
     table = horizon_table(df) if table is None else table
@@ -406,7 +406,8 @@ def _table_notes(table: pd.DataFrame) -> list[str]:
 
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Write the sweep's table, claim rows and figure; returns the paths written."""
-    from rtpo.report.ledger import counts_text, evaluate_family, ledger_display
+    from rtpo.report.claims.verdicts import evaluate_family
+    from rtpo.report.ledger import counts_text, ledger_display
     from rtpo.report.table_base import to_markdown
 
     if not cfg.get("sweep"):
