@@ -43,12 +43,13 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def run_list(name: str) -> str:
-    """NAME.runs.txt: every run of config/NAME.yaml (schema defaults filled), one line each."""
+def run_list(name: str, sets: list[str] | None = None) -> str:
+    """NAME.runs.txt: every run of config/NAME.yaml (schema defaults filled; `sets`: --set overrides), one line
+    each."""
     from rtpo.config import load_config
     from rtpo.experiment import Experiment, fingerprint
 
-    exp = Experiment(load_config(ROOT / "config" / f"{name}.yaml"))
+    exp = Experiment(load_config(ROOT / "config" / f"{name}.yaml", sets))
     lines = []
     for r in exp.runs:
         group = ",".join(str(s) for s in r.seed_group)

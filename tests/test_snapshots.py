@@ -48,14 +48,11 @@ def test_dry_run_job_list_is_kept(name):
     _same(f"{name}.jobs.txt", snapshot_runs.job_list(name))
 
 
-def test_a_changed_run_is_caught(monkeypatch):
-    """The comparison can fail: one run's settings changed is a differing line naming that run."""
-    from rtpo.experiment import Run
-
-    real = Run.settings.fget
-    monkeypatch.setattr(Run, "settings", property(lambda self: {**real(self), "extra": 1}
-                                                  if self.key.method == "rtpo" and self.key.seed == 0 else real(self)))
-    text = snapshot_runs.run_list("smoke")
+def test_a_changed_run_is_caught():
+    """The comparison can fail: one method's setting changed is a differing line for each of its runs (their
+    settings and stamps) and for no other run."""
+    text = snapshot_runs.run_list("smoke", ["method.tree_grpo.entropy_coef=0.002"])
     kept = (snapshot_runs.SNAPSHOTS / "smoke.runs.txt").read_text()
     changed = [a for a, b in zip(kept.splitlines(), text.splitlines()) if a != b]
-    assert changed and all("/rtpo/seed0 |" in line for line in changed)
+    assert changed and all("/tree_grpo/seed" in line for line in changed)
+    assert len(changed) == kept.count("/tree_grpo/seed")
