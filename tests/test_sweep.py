@@ -440,3 +440,25 @@ def test_a_sweep_without_the_no_rl_arm_says_its_learning_is_not_shown(tmp_path):
     md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
     assert "no untrained arm (sweep.no_rl is false)" in md and "shown in" not in md
     assert "rtpo[qwen3] — (no untrained arm)" in _claims(tmp_path)["sweep-interaction-grpo-qwen3-h2"]["note"]
+
+
+def test_a_sweep_run_is_a_run_like_any_other():
+    """A sweep run's settings, evaluation settings and stamp came from a family of its own
+    (sweep_run_settings, sweep_eval_settings, sweep_train_stamp, beside run_settings) through `scope ==
+    SWEEP` branches of Run. Every run carries its inputs now, so one run_settings serves every scope: a sweep
+    run's are run_settings of its method, task and sets, its stamp job_stamp of its identity, its inputs its
+    horizon's data and the sweep base model."""
+    from rtpo.run_record import job_stamp
+
+    cfg = load_config(ROOT / "config" / "smoke.yaml")
+    exp = Experiment(cfg)
+    assert not any(hasattr(exp, f) for f in ("sweep_run_settings", "sweep_eval_settings", "sweep_train_stamp"))
+    for r in exp.select("sweep"):
+        assert r.settings == exp.run_settings(r.method, r.task, r.sets)
+        assert r.eval_settings == exp.eval_settings(r.method, r.task, r.sets)
+        assert r.stamp == job_stamp(r.identity)
+        hops = exp.sweep_cell(r.key).hops
+        assert (r.inputs.train_file, r.inputs.base_model) == (f"results/sweep/data/h{hops}/train.jsonl",
+                                                              "results/sweep/models/base")
+        assert r.identity["inputs"]["train_file"]["settings"] == exp.sweep_data_settings(hops)
+
