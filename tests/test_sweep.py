@@ -160,7 +160,7 @@ def test_sweep_target_dry_run_lists_every_cell(tmp_path):
 
 
 def test_the_no_rl_arm_does_not_train_and_is_evaluated(tmp_path):
-    """`rtpo train` of a no-RL cell (the sweep's sets, as the DAG passes them) takes no step: no step records,
+    """`rtpo train` of a no-RL cell (by its key, as a DAG job: the run brings the cell's sets) takes no step: no step records,
     run.json planned = completed = 0, final/ holds the sweep base model's weights; `rtpo evaluate` then scores
     it on the K-hop questions."""
     import torch
@@ -191,7 +191,7 @@ def test_the_no_rl_arm_does_not_train_and_is_evaluated(tmp_path):
     out = tmp_path / "run"
     assert rtpo_main(["train", "--config", str(tmp_path / "c.yaml"), "--method", "vanilla", "--task", "search",
                       "--seed", "0", "--model", str(tmp_path / "sweep_base"), "--train-file", str(files["train"]),
-                      *sets, "--scope", "sweep", "--variant", cell.variant, "--out", str(out)]) == 0
+                      "--scope", "sweep", "--variant", cell.variant, "--out", str(out)]) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["steps"] == {"planned": 0, "completed": 0} and record["key"]["variant"] == "h2/psi-qwen3"
     assert record["settings"]["psi"] == "qwen3"
