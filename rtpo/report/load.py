@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from rtpo.experiment import MAIN, Experiment, RunKey, Study
-from rtpo.report.read import check_run, read_eval_json, read_eval_problems, read_metrics_jsonl, read_not_run, read_theory
+from rtpo.report.read import check_run, read_eval, read_metrics_jsonl, read_not_run, read_theory
 from rtpo.run_record import RUN_FILE
 
 
@@ -307,9 +307,9 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
             missing.append(str(mpath))
         epath = Path(key.eval_file(str(root)))
         if epath.exists():
-            recs = read_eval_json(epath, key)
+            recs, problems = read_eval(epath, key)
             eval_rows += [{**r, **tag} for r in recs]
-            problem_rows += [{**r, **tag} for r in read_eval_problems(epath)]
+            problem_rows += [{**r, **tag} for r in problems]
             inputs.append({"kind": "eval", **tag, "path": str(epath), "records": len(recs)})
         else:
             missing.append(str(epath))
