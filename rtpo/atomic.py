@@ -23,6 +23,11 @@ it by the directory's device and inode, not by a name.
     with atomic_path(path) as tmp: ...      the same as a block
     with atomic_dir(path) as tmp: ...       a directory (final/, a model directory)
     with exclusive(run_dir): ...            one writer per run directory (or output file)
+
+A write that runs out of space (ENOSPC, EDQUOT, or torch's zip writer's "unexpected pos" after a short
+write) is raised as `DiskFull`, an OSError naming the file being written, the space left on its
+filesystem and what to do; the temporary is removed, so the target keeps its previous version.
+`disk_full(path)` turns such errors into DiskFull around other writes (an appended metrics.jsonl).
 """
 
 from __future__ import annotations
@@ -83,6 +88,55 @@ def _remove(p: Path) -> None:
             p.unlink()
 
 
+class DiskFull(OSError):
+    """A write that ran out of space; the message names the file and says what to do (`rtpo` exits 2)."""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """ENOSPC / EDQUOT, or torch.save's zip writer reporting the short write a full disk leaves."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return isinstance(e, RuntimeError) and ("unexpected pos" in str(e) or "file write failed" in str(e))
+
+
+def disk_full_error(path: str | os.PathLike, e: BaseException) -> DiskFull:
+    """The DiskFull error for a failed write of `path` (the space left measured now)."""
+    d = Path(path).parent
+    while not d.exists() and d != d.parent:
+        d = d.parent
+    try:
+        free = f"{shutil.disk_usage(d).free / 2**20:.1f} MiB left on the filesystem of {d}"
+    except OSError:
+        free = f"the filesystem of {d}"
+    cause = " ".join(str(e).split())[:160]
+    err = DiskFull(f"{path}: no space left on the device while writing it ({free}; {type(e).__name__}: {cause}). "
+                   f"Free space there (df -h {d}) or write elsewhere, then rerun the same command: what was "
+                   "written before is kept (a training run resumes from its last complete checkpoint)")
+    err.path = str(path)  # (not OSError's errno / filename: they would replace the message in str())
+    return err
+
+
+@contextlib.contextmanager
+def disk_full(path: str | os.PathLike) -> Iterator[None]:
+    """Raise a write of `path` that ran out of space as DiskFull naming it (other errors pass unchanged)."""
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        if isinstance(e, DiskFull) or not is_disk_full(e):
+            raise
+        raise disk_full_error(path, e) from None
+
+
+def _newest(tmp: Path, target: Path) -> Path:
+    """The file of a temporary directory written last (the one a failed write was writing), as it would be
+    named under `target`; `target` itself when there is none."""
+    files = [p for p in tmp.rglob("*") if p.is_file()]
+    if not files:
+        return target
+    rel = max(files, key=lambda p: p.stat().st_mtime_ns).relative_to(tmp)
+    return target / (rel.with_suffix("") if rel.suffix == ".tmp" else rel)  # a writer's own temporary: its target
+
+
 def fsync_file(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -119,10 +173,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     remove_leftovers(path)
     tmp = temp_name(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        with disk_full(path):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
@@ -147,8 +202,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     remove_leftovers(path)
     tmp = temp_name(path, suffix=path.suffix)
     try:
-        yield tmp
-        fsync_file(tmp)
+        with disk_full(path):
+            yield tmp
+            fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
@@ -175,8 +231,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         fsync_tree(tmp)
         replace_dir(tmp, path)
-    except BaseException:
+    except BaseException as e:
+        named = _newest(tmp, path) if is_disk_full(e) and not isinstance(e, DiskFull) else None
         _remove(tmp)
+        if named is not None:
+            raise disk_full_error(named, e) from None
         raise
 
 

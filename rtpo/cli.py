@@ -149,6 +149,20 @@ def cmd_tensorboard(args) -> int:
     return main_convert(args.paths, args.out)
 
 
+SEED_MAX = 2**32 - 1  # numpy's seed range; the config schema's $defs.seed has the same bound
+
+
+def seed_arg(text: str) -> int:
+    """--seed's type: an integer in 0..SEED_MAX, or a usage error naming the value (argparse adds `--seed`)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= v <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"{text} is out of range: a seed is an integer in 0..{SEED_MAX} (2**32 - 1)")
+    return v
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults shown where there is one to show (not None, [] or a flag's False); descriptions kept as written."""
 
@@ -172,9 +186,9 @@ REPORT_TOOLS = {
     "claims-map": "docs/claims.md's map of the paper's claims to the tables",
 }
 
-EPILOG = """workflow:
-  snakemake --cores 2 --configfile config/smoke.yaml   the whole pipeline in minutes (the rules call the verbs above)
-  bash scripts/pipeline.sh                             the CPU default (about 72 min on 2 cores)
+EPILOG = """workflow (measured times: README.md's table; the rules call the verbs above):
+  bash scripts/pipeline.sh --configfile config/smoke.yaml   the whole DAG shrunk: every rule once
+  bash scripts/pipeline.sh                                  the CPU default (config/config.yaml)
 
 more tools (each with -h):
 """ + "\n".join(f"  rtpo retrieval {k:<8} {v[1]}" for k, v in RETRIEVAL_TOOLS.items()) + "\n" + \
@@ -214,21 +228,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("base-model", cmd_base_model, "build the base model (tiny + SFT warm start, or a converted LM)")
     sp.add_argument("--data", default="results/data", help="directory with each task's experts.jsonl")
     sp.add_argument("--tokenizer", default="results/models/tokenizer", help="tokenizer directory")
-    sp.add_argument("--seed", type=int, default=0, help="initialisation and SFT seed")
+    sp.add_argument("--seed", type=seed_arg, default=0, help="initialisation and SFT seed")
     sp.add_argument("--out", required=True, help="output model directory")
 
     sp = add("sweep-base", cmd_sweep_base, "the mechanism sweep's base model: the base model's warm start "
              "continued on the sweep's experts of every horizon K (config `sweep`)")
     sp.add_argument("--init", default="results/models/base", help="the model to continue from")
     sp.add_argument("--demos", nargs="+", required=True, help="experts.jsonl of each K")
-    sp.add_argument("--seed", type=int, default=0, help="SFT seed")
+    sp.add_argument("--seed", type=seed_arg, default=0, help="SFT seed")
     sp.add_argument("--out", required=True, help="output model directory")
 
     sp = add("train", cmd_train, "train one (method, task) cell for one or several seeds (metrics.jsonl, "
              "TensorBoard events, checkpoint/, final/, summary.json in each run directory)")
     sp.add_argument("--method", required=True, choices=methods, help="the method (rtpo/methods/cards.py)")
     sp.add_argument("--task", required=True, choices=tasks, help="the task")
-    sp.add_argument("--seed", type=int, nargs="+", default=[0],
+    sp.add_argument("--seed", type=seed_arg, nargs="+", default=[0],
                     help="one or several seeds, trained one after the other in this process")
     sp.add_argument("--model", default=None, help="the base model directory (default: the run's, e.g. "
                     "results/models/base)")
@@ -249,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--model", required=True, help="model directory; with several seeds a pattern with {seed}")
     sp.add_argument("--method", required=True, choices=methods, help="selects the context map psi used at evaluation")
     sp.add_argument("--task", required=True, choices=tasks, help="the task")
-    sp.add_argument("--seed", type=int, nargs="+", default=[0],
+    sp.add_argument("--seed", type=seed_arg, nargs="+", default=[0],
                     help="one or several seeds (their models evaluated one after the other in this process)")
     sp.add_argument("--eval-file", default=None, help="default: results/data/<task>/eval.jsonl")
     sp.add_argument("--engine", default=None, choices=["local", "verl"],
@@ -276,14 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp = add("report", cmd_report, "tables, figures and the claim ledger from results/ (also: rtpo report "
              "compare|reference|summary|claims-map -h)")
     sp.add_argument("what", choices=["tables", "figures", "ledger", "status", "all", "sweep"], help="what to write")
-    sp.add_argument("--results", default="results", help="the results directory (runs/, evals/, ...)")
+    sp.add_argument("--results", default="results", help="the results directory (runs/, eval/, ...)")
     sp.add_argument("--tables", default="results/tables", help="tables directory")
     sp.add_argument("--figures", default="figures", help="figures directory")
     sp.add_argument("--only", nargs="+", default=None, metavar="TABLE",
                     help="with `tables`: just these tables (e.g. table01_main; the named Snakemake targets)")
 
     sp = add("tensorboard", cmd_tensorboard, "write TensorBoard events for finished runs' metrics.jsonl, under "
-             "the tags live runs use (rtpo/...); then: tensorboard --logdir DIR", config=False)
+             "the tags live runs use (reward/..., consistency/...); then: tensorboard --logdir DIR", config=False)
     sp.add_argument("paths", nargs="+", metavar="PATH",
                     help="a metrics.jsonl, or a directory searched for them (e.g. results/runs)")
     sp.add_argument("--out", default=None,

@@ -10,6 +10,12 @@ in standalone mode, vLLM on GPUs: rtpo/verl_ext/eval_servers.py; each trajectory
 by a fixed pool of `eval_workers` threads, about the servers' batch, tool calls bounded by `tool_slots`).
 Each trajectory's requests carry their own seeds (from the eval seed, the trajectory and the turn), so a
 rerun samples the same, whatever the schedule.
+
+An evaluation resumes (rtpo.eval_shards): its trajectories go in shards, each written as it finishes,
+and a retry after a time limit rolls out only the shards not written; the eval JSON is the same as one
+uninterrupted run's. Benchmarks that search the web start with a probe query: unreachable, they are
+"not run" (the eval JSON's `not_run`, with the reason), never scored; web searches failing above
+rtpo.retrieval.web.MAX_FAILED_SHARE fail the evaluation.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rtpo.progress import progress as tqdm
 
@@ -82,22 +88,27 @@ def run_chunked(roller: Roller, starts: list[Start], bar: tqdm) -> list[Trajecto
     return trajs
 
 
-def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int) -> list[Trajectory]:
+def run_in_flight(roller: Roller, starts: list[Start], bar: tqdm, workers: int,
+                  on_done: Callable[[int, Trajectory], None] | None = None) -> list[Trajectory]:
     """Rollout servers (verl): a fixed pool of `workers` threads (`eval_workers`: about the servers'
     batch), each taking the next trajectory in eval-file order as soon as its last one ends and rolling
     it out on its own, so a trajectory's next turn is sent as soon as its tool call returns and the
     servers batch whatever is pending (continuous batching) instead of waiting for the slowest
     trajectory of a turn wave. Never one thread per trajectory (10k threads hit a 4096
     `ulimit -u`). What a trajectory samples depends on its seeds and contexts only, not on the
-    schedule; results are in the order of `starts`. A failed trajectory cancels the ones not begun."""
+    schedule; results are in the order of `starts`. A failed trajectory cancels the ones not begun.
+    on_done(i, trajectory): called in this thread as trajectory i finishes (the shards are written there)."""
     if not starts:
         return []
     ex = ThreadPoolExecutor(max_workers=max(1, min(int(workers), len(starts))), thread_name_prefix="rtpo-eval")
     try:
         futs = [ex.submit(roller.run, [st]) for st in starts]  # queued work items, not threads
+        index = {f: i for i, f in enumerate(futs)}
         for f in as_completed(futs):
-            f.result()
+            t = f.result()[0]
             bar.update(1)
+            if on_done is not None:
+                on_done(index[f], t)
     except BaseException:
         ex.shutdown(wait=True, cancel_futures=True)
         raise
@@ -193,6 +204,8 @@ def evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any],
 def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any], seed: int,
               eval_file: str | Path, out: str | Path, engine: str | None,
               trajectories: str | Path | None) -> dict[str, Any]:
+    from rtpo.eval_shards import MAX_SHARDS_ENV, SERVER_SHARD, SHARD_ENV, EvalShards, env_int
+
     name = str(engine or cfg.get("engine", "local"))
     if name not in ("local", "verl"):
         raise ValueError(f"engine must be local or verl, got {name!r}")
@@ -211,43 +224,87 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     params = SamplingParams(max_new_tokens=int(s["env"]["max_new_tokens"]), temperature=float(ev["temperature"]))
     starts = [Start(t, first_kind="eval", rest_kind="eval", seed=seed * 1_000_003 + i * k + j)
               for i, t in enumerate(tasks) for j in range(k)]
-    t_start = time.perf_counter()
-    servers = None
-    if name == "verl":
-        from rtpo.verl_ext.eval_servers import EvalServers
+    not_run, web_tasks = web_benchmarks(tasks)  # a probe query per web backend; seeds stay the full list's
+    if not_run:
+        starts = [st for st in starts if benchmark_of(st.task) not in not_run]
+        if not starts:
+            raise ValueError(f"{eval_file}: nothing to evaluate, every benchmark is not run: {not_run}")
+    # the local engine's shards are its CHUNKs (the same batched calls as ever); servers: RTPO_EVAL_SHARD
+    size = CHUNK if name == "local" else (env_int(SHARD_ENV) or SERVER_SHARD)
+    key = {"task": task, "method": method, "seed": seed, "k": k, "engine": name, "settings": {"eval": ev, **s},
+           "eval_file": file_sha256(eval_file), "model": model_sha256(model_dir), "not_run": sorted(not_run),
+           "dumps": trajectories is not None}
+    store = EvalShards(out, key, size, len(starts))
+    done = store.load()
+    pending = [i for i in range(store.count) if i not in done]
+    limit = env_int(MAX_SHARDS_ENV)  # the pilot: this many new shards, then stop
+    if limit is not None:
+        pending = pending[:limit]
+    web = WebFailures(web_tasks, [p.get("web") for p in done.values()])
+    fresh: dict[int, dict[str, Any]] = {}
 
-        servers = EvalServers(cfg, model_dir, seed, params.max_new_tokens)
-        eng = servers.start()
-    else:
-        eng = build_engine(model_dir, cfg, seed, reference=False)
-    try:
-        make_env = env_factory(s["env"])
-        if servers is not None:
-            n_slots = tool_slots()
-            slots = threading.BoundedSemaphore(n_slots)
-            make_env = (lambda f: lambda task: BoundedSteps(f(task), slots))(make_env)
-        roller = Roller(eng, make_env, s["psi"], params)
-        startup_s = time.perf_counter() - t_start
-        t0 = time.perf_counter()
-        with tqdm(total=len(starts), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
+    def finish_shard(i: int, trajs: list[Trajectory]) -> None:
+        lo, _ = store.bounds(i)
+        payload = shard_payload(trajs, starts[lo:lo + len(trajs)], crosscheck, trajectories is not None, web_tasks)
+        web.check(payload["web"], f"shard {i} of {store.count}")  # raises above MAX_FAILED_SHARE: not written
+        store.write(i, payload)
+        fresh[i] = payload
+
+    t_start = time.perf_counter()
+    startup_s = rollout_s = 0.0
+    todo = [st for i in pending for st in starts[slice(*store.bounds(i))]]
+    servers = None
+    if todo:
+        if name == "verl":
+            from rtpo.verl_ext.eval_servers import EvalServers
+
+            servers = EvalServers(cfg, model_dir, seed, params.max_new_tokens)
+            eng = servers.start()
+        else:
+            eng = build_engine(model_dir, cfg, seed, reference=False)
+        try:
+            make_env = env_factory(s["env"])
             if servers is not None:
-                trajs = run_in_flight(roller, starts, bar, eval_workers(cfg, servers, n_slots))
-            else:
-                trajs = run_chunked(roller, starts, bar)
-        rollout_s = time.perf_counter() - t0
-    finally:
-        if servers is not None:
-            servers.close()
-    recs = [traj_record(t) for t in trajs]
-    gen = sum(t.response_tokens for t in trajs)
+                n_slots = tool_slots()
+                slots = threading.BoundedSemaphore(n_slots)
+                make_env = (lambda f: lambda task: BoundedSteps(f(task), slots))(make_env)
+            roller = Roller(eng, make_env, s["psi"], params)
+            startup_s = time.perf_counter() - t_start
+            t0 = time.perf_counter()
+            with tqdm(total=len(todo), desc=f"eval {method}/{task}/seed{seed}", unit="traj", mininterval=5) as bar:
+                if servers is not None:
+                    run_in_flight(roller, todo, bar, eval_workers(cfg, servers, n_slots),
+                                  on_done=ShardCollector(store, pending, finish_shard))
+                else:
+                    for i in pending:  # CHUNK trajectories per shard, each turn in one batched call
+                        trajs = run_chunked(roller, starts[slice(*store.bounds(i))], bar)
+                        finish_shard(i, trajs)
+            rollout_s = time.perf_counter() - t0
+        finally:
+            if servers is not None:
+                servers.close()
+    payloads = {**done, **fresh}
+    new = [r for i in sorted(fresh) for r in fresh[i]["records"]]
+    gen = sum(r["response_tokens"] for r in new)
+    store.attempt(startup_s=round(startup_s, 3), rollout_s=round(rollout_s, 3), trajectories=len(new), total=store.n,
+                  generated_tokens=gen, shards=len(fresh), shards_done=len(payloads), of=store.count,
+                  engine=name, servers=None if servers is None else {"tp": servers.tp, "replicas": servers.replicas})
+    if limit is not None:  # RTPO_EVAL_MAX_SHARDS (the pilot): its shards stay for the evaluation job, which resumes
+        from rtpo.signals import Stopped
+
+        raise Stopped(f"evaluation stopped after {len(fresh)} new shard(s) ({MAX_SHARDS_ENV}={limit}): "
+                      f"{len(payloads)} of {store.count} shards of {store.size} trajectories done in {store.dir}; "
+                      "the same command resumes")
+    web.check(None, "the evaluation")
+    recs = [r for i in range(store.count) for r in payloads[i]["records"]]
     groups: dict[str, list[int]] = defaultdict(list)
     for i, st in enumerate(starts):
         groups[benchmark_of(st.task)].append(i)
     result = {
         "task": task, "method": method, "seed": seed, "model": str(model_dir), "k": k, "psi": s["psi"],
         "wall_s": time.perf_counter() - t_start, "engine": name,
-        "throughput": {"startup_s": startup_s, "rollout_s": rollout_s, "trajectories": len(trajs),
-                       "generated_tokens": gen, "trajectories_per_s": len(trajs) / max(rollout_s, 1e-9),
+        "throughput": {"startup_s": startup_s, "rollout_s": rollout_s, "trajectories": len(new),
+                       "generated_tokens": gen, "trajectories_per_s": len(new) / max(rollout_s, 1e-9),
                        "generated_tokens_per_s": gen / max(rollout_s, 1e-9)},
         "benchmarks": {b: summarize([recs[i] for i in idx], [starts[i].task.id for i in idx], k)
                        for b, idx in sorted(groups.items())},
@@ -256,15 +313,22 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
         # what was evaluated, with what (rtpo.run_record): the settings, the hashes of the eval data and the
         # model read, the code version
         "record": {"settings": {"eval": ev, "engine": name, **s}, "code": code_version(),
-                   "inputs": {"eval_file": {"path": str(eval_file), "sha256": file_sha256(eval_file)},
-                              "model": {"path": str(model_dir), "sha256": model_sha256(model_dir)}}},
+                   "inputs": {"eval_file": {"path": str(eval_file), "sha256": key["eval_file"]},
+                              "model": {"path": str(model_dir), "sha256": key["model"]}}},
     }
+    if done:  # shards an earlier attempt finished (throughput is this attempt's)
+        result["resumed"] = {"shards": len(done), "of": store.count,
+                             "trajectories": sum(len(p["records"]) for p in done.values())}
+    if not_run:  # unreachable web search: these benchmarks are not scored (the report says "not run")
+        result["not_run"] = not_run
+    if web.searches:
+        result["web_search"] = {"searches": web.searches, "failed": web.failed, "max_failed_share": web.max_share}
     if crosscheck:  # a second opinion beside the project's grader, never instead of it
         from rtpo.metrics_crosscheck import crosscheck as math_verify_crosscheck
 
+        graded = [g for i in range(store.count) for g in payloads[i]["graded"]]
         result["math_verify"] = math_verify_crosscheck(
-            (t.info.get("answer"), st.task.answers[0], bool((t.info.get("metrics") or {}).get("correct")))
-            for t, st in zip(trajs, starts))
+            (answer, st.task.answers[0], correct) for (answer, correct), st in zip(graded, starts))
     if servers is not None:
         result["servers"] = {"rollout": servers.rollout,
                              "tensor_parallel_size": servers.tp, "replicas": servers.replicas,
@@ -272,9 +336,102 @@ def _evaluate(model_dir: str | Path, method: str, task: str, cfg: dict[str, Any]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     if trajectories is not None:
         Path(trajectories).parent.mkdir(parents=True, exist_ok=True)
-        Path(trajectories).write_text("".join(json.dumps(traj_dump(t, st)) + "\n" for t, st in zip(trajs, starts)))
+        atomic_write_text(trajectories, "".join(json.dumps(d) + "\n" for i in range(store.count)
+                                                for d in payloads[i]["dumps"]))
     atomic_write_text(out, dumps(result, indent=1, sort_keys=True))  # renamed into place: never half a file
+    store.clear()
     return result
+
+
+def shard_payload(trajs: list[Trajectory], starts: list[Start], crosscheck: bool, dump: bool,
+                  web_tasks: set[str]) -> dict[str, Any]:
+    """What a shard keeps of its trajectories: their records (the eval JSON's input), the math-verify
+    triples' answers, the trajectories' tokens when dumped, and its web searches (made and failed)."""
+    from rtpo.tools.search_tool import SEARCH_FAILED
+
+    searches = failed = 0
+    for t, st in zip(trajs, starts):
+        if st.task.id in web_tasks:
+            searches += t.tool_calls
+            failed += sum(1 for u in t.generated_turns for m in u.observations
+                          if m.get("role") == "tool" and m.get("content") == SEARCH_FAILED)
+    return {"records": [traj_record(t) for t in trajs],
+            "graded": [[t.info.get("answer"), bool((t.info.get("metrics") or {}).get("correct"))] for t in trajs]
+            if crosscheck else [],
+            "dumps": [traj_dump(t, st) for t, st in zip(trajs, starts)] if dump else [],
+            "web": {"searches": searches, "failed": failed}}
+
+
+class ShardCollector:
+    """run_in_flight's on_done: gathers finished trajectories (indices into the pending shards' starts)
+    and hands each shard to `finish(i, trajectories)` once all of its trajectories are in."""
+
+    def __init__(self, store: Any, pending: list[int], finish: Callable[[int, list[Trajectory]], None]) -> None:
+        self.finish, self.where, self.got = finish, [], {}
+        for i in pending:
+            lo, hi = store.bounds(i)
+            self.where += [(i, j) for j in range(hi - lo)]
+            self.got[i] = [None] * (hi - lo)
+
+    def __call__(self, n: int, t: Trajectory) -> None:
+        i, j = self.where[n]
+        self.got[i][j] = t
+        if all(x is not None for x in self.got[i]):
+            self.finish(i, self.got.pop(i))
+
+
+def web_benchmarks(tasks: list[Any]) -> tuple[dict[str, str], set[str]]:
+    """({benchmark: why it is not run}, the ids of the tasks that search the web): one probe query per
+    web backend the tasks name (meta.retriever of kind serpapi; rtpo.retrieval.web.web_available)."""
+    from rtpo.retrieval.web import web_available
+
+    specs: dict[str, dict] = {}
+    by_spec: dict[str, list[Any]] = defaultdict(list)
+    for t in tasks:
+        spec = (t.meta or {}).get("retriever") or {}
+        if spec.get("kind") == "serpapi":
+            key = json.dumps(spec, sort_keys=True)
+            specs[key] = spec
+            by_spec[key].append(t)
+    not_run: dict[str, str] = {}
+    ids: set[str] = set()
+    for key, spec in specs.items():
+        benches = sorted({benchmark_of(t) for t in by_spec[key]})
+        ok, why = web_available(spec, probe=True)
+        print(f"[eval] {', '.join(benches)}: {why}" + ("" if ok else ": not run, not scored"), flush=True)
+        if ok:
+            ids.update(t.id for t in by_spec[key])
+        else:
+            not_run.update({b: why for b in benches})
+    return not_run, ids
+
+
+class WebFailures:
+    """Web searches made and failed in this evaluation so far (shards of earlier attempts included); `check`
+    fails it once the failed share passes rtpo.retrieval.web.MAX_FAILED_SHARE (at a shard, once 20
+    searches are counted; at the end, whatever the count)."""
+
+    MIN_SEARCHES = 20
+
+    def __init__(self, web_tasks: set[str], earlier: list[dict | None]) -> None:
+        from rtpo.retrieval.web import MAX_FAILED_SHARE
+
+        self.max_share = MAX_FAILED_SHARE
+        self.active = bool(web_tasks)
+        self.searches = sum(int((e or {}).get("searches", 0)) for e in earlier)
+        self.failed = sum(int((e or {}).get("failed", 0)) for e in earlier)
+
+    def check(self, shard: dict[str, int] | None, what: str) -> None:
+        if not self.active:
+            return
+        searches = self.searches + (shard or {}).get("searches", 0)
+        failed = self.failed + (shard or {}).get("failed", 0)
+        if searches and failed / searches > self.max_share and (shard is None or searches >= self.MIN_SEARCHES):
+            raise RuntimeError(f"web search failed {failed} of {searches} times ({failed / searches:.1%} > "
+                               f"{self.max_share:.0%}, rtpo.retrieval.web.MAX_FAILED_SHARE) by {what}: not scored; "
+                               "the shards written before stay, and the same command resumes once the web search "
+                               "answers (probe: rtpo.retrieval.web.web_available)")
+        self.searches, self.failed = searches, failed
 
 
 def _per_seed(pattern: str | Path | None, seeds: list[int], flag: str) -> list[str | None]:

@@ -23,7 +23,9 @@ lines of a task / eval / experts / metrics file, decoded as strict UTF-8 (a byte
 is a RowError naming the file, the line and the byte offset, not a UnicodeDecodeError naming
 neither) and at most MAX_ROW_BYTES long (a longer line is refused before it is read whole).
 `read_jsonl(path)` parses those lines, refusing a NaN / infinite number naming its field
-(`nonfinite`); `read_json(path)` reads a whole JSON document (an eval JSON) by the same rules.
+(`nonfinite`) and a string holding an unpaired UTF-16 surrogate (`unpaired_surrogate`: a JSON escape
+such as \\ud800 without its partner, which no tokenizer can encode); `read_json(path)` reads a whole
+JSON document (an eval JSON) by the same rules.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import struct
 import zipfile
 from collections.abc import Iterator
@@ -38,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "rtpo-manifest.json"
+# a model directory's tokenizer: the fast one every rtpo model has, or a slow one transformers converts
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
 
 
 class CorruptFileError(ValueError):
@@ -109,6 +114,39 @@ def nonfinite(obj: Any) -> tuple[str, float] | None:
     return None
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \\ud800-\\udfff: the only way JSON text holds a surrogate
+
+
+def unpaired_surrogate(obj: Any, text: str | None = None) -> tuple[str, str] | None:
+    """(field, message) for the first string (or key) of a parsed JSON value that holds an unpaired UTF-16
+    surrogate, which json.loads accepts from an escape like \\ud800 and no tokenizer can encode; None when
+    there is none. With the JSON `text` it came from, a text without such an escape is passed at once."""
+    if text is not None and not _SURROGATE_ESCAPE.search(text):
+        return None
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        name, v = stack.pop()
+        for s in ([v] if isinstance(v, str) else list(v) if isinstance(v, dict) else []):
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError as e:
+                what = "key" if s is not v else "string"
+                return (name or "(top level)", f"an unpaired UTF-16 surrogate \\u{ord(s[e.start]):04x} at character "
+                        f"{e.start} of its {what} (a JSON escape of half a pair, which is no character: no tokenizer "
+                        "can encode it); remove it, or write the character it was meant to be")
+        if isinstance(v, dict):
+            stack.extend((f"{name}.{k}" if name else str(k), x) for k, x in reversed(list(v.items())))
+        elif isinstance(v, list):
+            stack.extend((f"{name}[{i}]", x) for i, x in reversed(list(enumerate(v))))
+    return None
+
+
+def _check_text(obj: Any, text: str) -> None:
+    bad = unpaired_surrogate(obj, text)
+    if bad:
+        raise ValueError(f"field {bad[0]!r}: {bad[1]}")
+
+
 def loads(text: str | bytes) -> Any:
     """json.loads with a document nested too deeply for the parser as ValueError (RecursionError
     otherwise), so that every failure is a ValueError (json.JSONDecodeError for bad JSON; a number
@@ -143,6 +181,7 @@ def read_jsonl(path: str | Path, max_row_bytes: int = MAX_ROW_BYTES, finite: boo
             obj = _parse(text)
             if finite:
                 _check_finite(obj)
+            _check_text(obj, text)
         except ValueError as e:
             raise RowError(path, n, str(e)) from None
         out.append((n, obj))
@@ -164,6 +203,7 @@ def read_json(path: str | Path, finite: bool = True) -> Any:
         doc = _parse(text)
         if finite:
             _check_finite(doc)
+        _check_text(doc, text)
     except ValueError as e:
         raise CorruptFileError(path, str(e)) from None
     return doc
@@ -247,6 +287,15 @@ def check_model_dir(path: str | Path) -> None:
             raise CorruptFileError(f, "truncated or corrupt torch weights file (not a readable zip archive)")
     # last: the structural checks above name a truncated file more precisely than a size mismatch
     verify_manifest(d)
+    # what a manifest would have named if the directory had one (a copy made by hand, a damaged final/)
+    if not (d / "config.json").is_file():
+        raise CorruptFileError(d / "config.json", f"missing: {d} is not a model directory (a run's final/, the "
+                                                  "base model); give the directory that holds config.json")
+    if not any((d / f).is_file() for f in TOKENIZER_FILES) and not any(d.glob("*.tiktoken")):
+        raise CorruptFileError(d / "tokenizer.json", f"missing: {d} has no tokenizer file ({', '.join(TOKENIZER_FILES)}), "
+                                                     "and transformers would try to rebuild one from another format; "
+                                                     "copy tokenizer.json (and tokenizer_config.json) from the model it "
+                                                     "was trained from (the base model), or rerun the job that wrote it")
 
 
 # ------------------------------------------------------------------------------------------------

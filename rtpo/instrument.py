@@ -187,7 +187,9 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def write(self, rec: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
+        from rtpo.atomic import disk_full
+
+        with disk_full(self.path), self.path.open("a") as f:  # a full disk: DiskFull naming the file
             f.write(dumps(rec, sort_keys=True) + "\n")
             f.flush()
 

@@ -194,7 +194,7 @@ def _train(run: Run, out: Path, model_dir: str | Path, train_file: str | Path, p
 
     from rtpo.tracking import RunTracker, backends
 
-    tracker = RunTracker(out, backends(cfg), f"{task}-{method}-seed{seed}", start=start)  # logging.backends
+    tracker = RunTracker(out, backends(cfg), record, start=start)  # logging.backends; named by the run's key
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=f"train {method}/{task}/seed{seed}", disable=not progress,
                initial=start, total=steps)

@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        tr = RunTracker(d, ["console", "tensorboard"], "bench")
+        tr = RunTracker(d, ["console", "tensorboard"], {"key": {"scope": "main", "variant": "", "task": "math",
+                                                                  "method": "rtpo", "seed": 0}})
         t1 = time.perf_counter()
         for s in range(a.steps):
             tr.log(record(s))

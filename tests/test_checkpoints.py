@@ -187,19 +187,136 @@ def test_a_checkpoint_saved_with_hf_model_is_copied(tmp_path):
     assert all(torch.equal(ref[k], raw[k].float()) for k in raw)
 
 
+def _whole_step(ck: Path, step: int, world: int = 2) -> Path:
+    """A checkpoint folder as verl's FSDP checkpoint manager leaves it after a whole save: every rank's
+    model / optim / extra shards, fsdp_config.json with the world size, data.pt."""
+    actor = ck / f"global_step_{step}" / "actor"
+    actor.mkdir(parents=True)
+    for r in range(world):
+        for kind in ("model", "optim", "extra"):
+            (actor / f"{kind}_world_size_{world}_rank_{r}.pt").write_bytes(b"shard")
+    (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": world}))
+    (ck / f"global_step_{step}" / "data.pt").write_text("x")
+    return actor.parent
+
+
 def test_prune_checkpoints_keeps_the_newest_complete_ones(tmp_path):
     out = tmp_path
     ck = out / "checkpoint"
-    for s in (10, 20, 30, 40):
-        (ck / f"global_step_{s}" / "actor").mkdir(parents=True)
-        (ck / f"global_step_{s}" / "data.pt").write_text("x")
-    (ck / "latest_checkpointed_iteration.txt").write_text("30")  # 40: a save killed before it completed
+    for s in (10, 20, 30):
+        _whole_step(ck, s)
+    (ck / "global_step_40" / "actor").mkdir(parents=True)  # a save killed before it completed
+    (ck / "global_step_40" / "actor" / "model_world_size_2_rank_0.pt").write_bytes(b"half")
+    (ck / "latest_checkpointed_iteration.txt").write_text("30")
     assert launch.prune_checkpoints(out, 2) == [ck / "global_step_40", ck / "global_step_10"]
     assert sorted(p.name for p in ck.iterdir()) == ["global_step_20", "global_step_30",
                                                     "latest_checkpointed_iteration.txt"]
     launch.prune_checkpoints(out, 1)
     assert sorted(p.name for p in ck.iterdir()) == ["global_step_30", "latest_checkpointed_iteration.txt"]
     assert launch.prune_checkpoints(out, 1) == [] and launch.prune_checkpoints(tmp_path / "none", 1) == []
+
+
+def test_actor_complete_names_what_a_killed_save_lacks(tmp_path):
+    actor = _whole_step(tmp_path, 1) / "actor"
+    assert launch.actor_complete(actor) is None
+    (actor / "optim_world_size_2_rank_1.pt").unlink()
+    assert "optim shards of ranks [1] of 2 are missing" in launch.actor_complete(actor)
+    (actor / "fsdp_config.json").unlink()
+    assert "no fsdp_config.json" in launch.actor_complete(actor)
+    assert "is gone" in launch.actor_complete(tmp_path / "nowhere" / "actor")
+
+
+# verl 0.9.1's save at keep 1 (trainer/ppo/v1/trainer_base.py _save_checkpoint), in its order, with verl's own
+# rotation (checkpoint_manager.py BaseCheckpointManager.register_checkpoint): the actor's shards and
+# fsdp_config.json, register_checkpoint (which deletes the previous save's actor/), data.pt, then the tracker.
+# One process per pause point (forked after verl's import, which is the slow part) saves steps 10 and 20
+# into its own run directory, writes its pid to <run>/paused at the pause and waits there to be killed.
+_VERL_SAVES = """
+import json, os, sys, time
+from pathlib import Path
+import torch
+from verl.utils.checkpoint.checkpoint_manager import BaseCheckpointManager
+
+def save(ck, pause):
+    manager = BaseCheckpointManager.__new__(BaseCheckpointManager)  # verl's rotation, without a model to save
+    manager.previous_saved_paths = []
+    def wait(point):
+        if point == pause:
+            (ck.parent / "paused").write_text(str(os.getpid()))
+            time.sleep(600)
+    for step in (10, 20):
+        actor = ck / f"global_step_{step}" / "actor"
+        actor.mkdir(parents=True)
+        for r in range(2):
+            torch.save({"w": torch.full((4,), float(step))}, actor / f"model_world_size_2_rank_{r}.pt")
+            torch.save({"m": torch.zeros(4)}, actor / f"optim_world_size_2_rank_{r}.pt")
+        (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 2}))
+        manager.register_checkpoint(str(actor), 1)
+        wait(f"registered {step}")
+        torch.save({"batches": step}, actor.parent / "data.pt")
+        wait(f"data {step}")
+        with open(ck / "latest_checkpointed_iteration.txt", "w") as f:
+            f.write(str(step))
+
+for run, pause in zip(sys.argv[1::2], sys.argv[2::2]):
+    pid = os.fork()
+    if pid == 0:
+        save(Path(run) / "checkpoint", pause)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+PAUSES = {"registered": "registered 20", "data": "data 20"}  # after the rotation; after data.pt
+
+
+@pytest.mark.slow  # two imports of verl (~15 s on 2 idle cores)
+def test_a_job_killed_between_verls_rotation_and_its_tracker_resumes_from_the_newer_step(tmp_path):
+    """verl at keep 1 deletes step 10's actor/ once step 20's is whole, then writes data.pt, then the
+    tracker. A job killed in between (verl's real rotation, SIGKILL) leaves the tracker naming step 10,
+    whose actor/ is gone: the retry's prune_checkpoints keeps step 20, makes it the latest (verl's own
+    find_latest_ckpt_path then finds it) and removes step 10 -- before, it deleted step 20 as "newer than
+    latest" and the run could not resume at all."""
+    import signal
+    import time
+
+    from verl.utils.checkpoint.checkpoint_manager import find_latest_ckpt_path
+
+    runs = {name: tmp_path / name for name in PAUSES}
+    for run in runs.values():
+        (run / "checkpoint").mkdir(parents=True)
+    args = [x for name, run in runs.items() for x in (str(run), PAUSES[name])]
+    proc = subprocess.Popen([sys.executable, "-c", _VERL_SAVES, *args])
+    t0 = time.time()
+    for run in runs.values():  # kill each save at its pause, in turn
+        while not (run / "paused").exists() or not (run / "paused").read_text():
+            assert proc.poll() is None and time.time() - t0 < 180, "the save stopped before its pause"
+            time.sleep(0.05)
+        os.kill(int((run / "paused").read_text()), signal.SIGKILL)
+    assert proc.wait(timeout=60) == 0
+    for name, run in runs.items():
+        ck = run / "checkpoint"
+        assert (ck / "latest_checkpointed_iteration.txt").read_text() == "10"
+        assert not (ck / "global_step_10" / "actor").exists() and (ck / "global_step_20" / "actor").is_dir()
+        assert find_latest_ckpt_path(str(ck)) == str(ck / "global_step_10")  # what verl would resume: no actor/
+        log = run / "log"
+        with open(log, "w") as f:
+            assert launch.prune_checkpoints(run, 1, log=f) == [ck / "global_step_10"]
+        assert (ck / "latest_checkpointed_iteration.txt").read_text() == "20"
+        assert find_latest_ckpt_path(str(ck)) == str(ck / "global_step_20")
+        assert launch.actor_complete(ck / "global_step_20" / "actor") is None
+        text = log.read_text()
+        assert "checkpoint repaired" in text and "names step 10" in text and "step 20 is whole" in text, text
+        assert ("data.pt is missing" in text) == (name == "registered"), text
+
+
+def test_a_tracker_with_nothing_whole_to_turn_to_is_an_error(tmp_path):
+    ck = tmp_path / "checkpoint"
+    (ck / "global_step_10" / "actor").mkdir(parents=True)
+    (ck / "latest_checkpointed_iteration.txt").write_text("")  # cut short while verl wrote it in place
+    with pytest.raises(ValueError, match=r"reads ''.*no other step .* holds a whole actor/"):
+        launch.prune_checkpoints(tmp_path, 1)
+    _whole_step(ck, 5)
+    launch.prune_checkpoints(tmp_path, 1)
+    assert (ck / "latest_checkpointed_iteration.txt").read_text() == "5"
 
 
 # ------------------------------------------------------------------ rtpo check-config: disk and step time
@@ -223,7 +340,8 @@ def test_disk_and_step_time_columns_with_their_arithmetic():
     tokens = 32 * 8 * 3 * 4096
     assert g["tok/step M"] == round(tokens / 1e6, 2)
     assert g["step min"] == round(tokens / (1000 * 8) / 60, 1)
-    assert g["run h"] == round((15 + 20 * tokens / (1000 * 8) / 60) / 60, 1)
+    assert cells["grpo/math"].time.steps == 78  # E.3's math steps (method.grpo.per_task), not train.steps
+    assert g["run h"] == round((15 + 78 * tokens / (1000 * 8) / 60) / 60, 1)
     # grpo/search: K = 6 turns would be 24576 tokens, cut at the row's response budget 16384 (verl.max_context)
     assert cells["grpo/search"].values["tok/step M"] == round(32 * 8 * 16384 / 1e6, 2)
     # rtpo/math: 3 trunks x (K + (G - 1) K (K + 1) / 2 + K (K - 1) / 2) turns = 3 x (3 + 3 x 6 + 3) = 72 turns
@@ -255,7 +373,7 @@ def test_checkpoint_disk_follows_the_overrides():
     cfg = paper("train.steps=25", "train.checkpoint_every=10")
     cfg["verl"]["overrides"] = ["actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
                                 "trainer.max_actor_ckpt_to_keep=null"]
-    c = _cells(st.check_config(cfg))["grpo/math"]
+    c = _cells(st.check_config(cfg))["grpo/airline"]  # airline's steps are train.steps (math's and search's: E.3's)
     assert c.disk.checkpoint == 16 * N8B and c.disk.saves == 3 and c.disk.keep == 3  # steps 10, 20 and 25
     assert c.disk.run == 3 * 16 * N8B + 2 * N8B
     d = st.Disk(checkpoint=100.0, keep=1, final=10.0, saves=5)
@@ -275,13 +393,13 @@ def test_a_run_past_its_jobs_fails_and_the_caps_only_warn(capsys):
     # planted: GRPO with 50,000 steps; grpo/search at E.3's knowledge step (19.2 min) x its tokens at the
     # caps over RTPO's (16.78M / 33.03M) = 9.8 min: 144 steps per 1440-min job, 348 jobs > 1 + 3 retries
     planted = copy.deepcopy(fast)
-    planted["method"]["grpo"]["steps"] = 50000
+    planted["method"]["grpo"]["per_task"] = {"math": {"steps": 78}, "search": {"steps": 50000}}
     rep = st.check_config(planted, res)
     assert not rep.ok and rep.warnings == []
     msgs = {str(f) for f in rep.all_findings() if f.cell == "train_grpo"}
     m = next(x for x in msgs if "grpo/search:" in x)
     assert m.startswith("train_grpo: workflow/profiles/default/profile.yaml: set-resources.train_grpo.runtime: grpo/search: "
-                        "50000 steps at 144 per job (step 9.8 min (E.3 search (rtpo, K 6, 2 trunks) 19.2 min/step x 0.51")
+                        "50000 steps at 144 per job (step 9.8 min (E.3 anchor: E.3 search (rtpo, K 6, 2 trunks) 19.2 min/step x 0.51")
     assert "need 348 jobs > 1 + retries (3); raise the profile's `retries` to 347" in m and m.endswith("[progress]")
     # the CLI on paper.yaml: every job makes progress at the E.3 step; the caps' upper bound warns
     from rtpo.cli import main

@@ -66,3 +66,21 @@ def test_a_bad_choice_is_a_usage_error(capsys):
         main(["train", "--method", "ppo", "--task", "math", "--out", "x"])
     assert e.value.code == 2
     assert "invalid choice: 'ppo'" in capsys.readouterr().err
+
+
+def test_help_states_no_measured_time_and_names_the_results_layout(capsys):
+    """Measured times live in README.md's table alone: `rtpo --help` points there (at f1aae5b it said
+    "about 72 min" while the README said 1 h 30); `rtpo report --help` names the directories the DAG
+    writes (it said evals/ for eval/)."""
+    import re
+
+    from rtpo.experiment import eval_file, run_dir
+
+    verbs = build_parser()._subparsers._group_actions[0].choices
+    texts = {"rtpo": _help(capsys)} | {v: _help(capsys, v) for v in verbs}
+    for name, text in texts.items():
+        assert not re.search(r"\b\d+(\.\d+)?\s*(min|minutes|hours?)\b", text), name
+    assert "README.md's table" in " ".join(texts["rtpo"].split())
+    layout = re.search(r"\(runs/, (\w+)/, \.\.\.\)", " ".join(texts["report"].split()))
+    assert layout and run_dir("math", "rtpo", 0).split("/")[1] == "runs"
+    assert eval_file("math", "rtpo", 0).split("/")[1] == layout.group(1) == "eval"

@@ -48,8 +48,9 @@ def test_ablation_cells_of_the_cpu_default(cpu):
     cells = experiment.ablation_cells(cpu["ablations"])
     a = cpu["ablations"]
     want = (len(a["group_size"]["values"]) + len(a["sync"]["values"]) + len(a["continuation"]["values"])
-            + len(a["credit_assignment"]["methods"]) + len(a["matched_updates"]["mini_batches"])
-            + len(a["mismatch"]["methods"]))
+            + len(a["credit_assignment"]["methods"])
+            + len(a["matched_updates"]["mini_batches"]) * len(a["matched_updates"]["methods"])
+            + len(a["turn_rows"]["tasks"]) + len(a["mismatch"]["methods"]))
     assert len(cells) == want == len({c.key for c in cells})
     assert all(c.seeds == tuple(a["seeds"]) for c in cells)
     by_key = {c.key: c for c in cells}

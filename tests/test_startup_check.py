@@ -314,6 +314,45 @@ def test_two_node_rule_without_mpi_fails_naming_the_key():
     assert "train_rtpo" in rules and "train_grpo" in rules
 
 
+TRAIN_RULES = ("train_rtpo", "train_grpo", "train_tree_grpo", "train_arpo", "train_seeupo", "ablation_train")
+
+
+def test_a_per_node_gpu_request_is_read_and_a_job_total_over_nodes_refused():
+    """Two nodes of 8 GPUs: `gres: gpu:a100:8` (sbatch --gres counts per node) and slurm_extra
+    --gpus-per-node=8 are 16 GPUs and pass; `gpu: 16`, the job's total, is refused over two nodes (Slurm may
+    split it unevenly) naming the fix; a per-node count other than verl.n_gpus_per_node is refused."""
+    import copy
+
+    res = st.load_profile(*PROFILES)
+    cfg = paper("verl.nnodes=2")
+
+    def two(**kw):
+        r = copy.deepcopy(res)
+        for rule in TRAIN_RULES:
+            for k in ("gpu", "gpu_model"):
+                r[rule].pop(k, None)
+            r[rule].update(nodes=2, **kw)
+        return st.check_config(cfg, r)
+
+    def gpu_findings(rep):
+        return [f for f in rep.all_findings() if f.rule in ("gpu", "gpu split") and f.cell in TRAIN_RULES]
+
+    for kw in ({"gres": "gpu:a100:8"}, {"gres": "gpu:8"}, {"slurm_extra": "--gpus-per-node=a100:8"}):
+        rep = two(**kw)
+        assert gpu_findings(rep) == [], kw
+        assert next(r for r in rep.resources if r["rule"] == "train_grpo")["gpu"] == 16
+    bad = gpu_findings(two(gpu=16, gpu_model="a100"))
+    assert {f.cell for f in bad} == set(TRAIN_RULES) and all(f.rule == "gpu split" for f in bad)
+    assert "gpu 16 (the job's total) over 2 nodes: a job total may be split unevenly" in bad[0].message
+    assert "gres: gpu:<type>:8" in bad[0].message and bad[0].key.endswith("set-resources.ablation_train.gpu")
+    uneven = gpu_findings(two(gres="gpu:a100:4"))
+    assert any("4 GPUs per node, but each node runs 8 (verl.n_gpus_per_node)" in f.message for f in uneven)
+    assert any("gres gpu:a100:4 (per node): 8 GPUs < verl.n_gpus_per_node x verl.nnodes = 8 x 2 = 16" in f.message
+               for f in uneven)
+    both = gpu_findings(two(gres="gpu:a100:8", gpu_model="a100"))
+    assert any("next to gpu / gpu_model" in f.message for f in both)
+
+
 def test_turn_row_methods_of_the_launcher_are_the_registrys():
     """launch.TURN_ROW_METHODS (read without torch by the start-up check) and Method.rows (what the
     rollout bounds) name the same methods."""
@@ -335,7 +374,8 @@ def test_step_time_is_anchored_to_the_papers_e3_hours():
     # (the paper's G.4 measures 1 / 1.413 = 0.71)
     assert cells["grpo/math"].time.anchor_step_s / cells["rtpo/math"].time.anchor_step_s == pytest.approx(2 / 3)
     g4 = cells["group_size/G4: rtpo/airline"].time
-    assert g4.anchor_step_s / 60 == pytest.approx(87.8, abs=0.1) and g4.step_s / 60 == pytest.approx(953.3, abs=0.1)
+    # RTPO on airline: 2 trunks (E.3's rule for the longer horizon), K 8, G 4
+    assert g4.anchor_step_s / 60 == pytest.approx(43.9, abs=0.1) and g4.step_s / 60 == pytest.approx(476.6, abs=0.1)
     assert cells["rtpo/math"].time.checkpoint_s == pytest.approx(98.3 / 0.5, rel=1e-2)
     out = st.format_report(rep)
     assert "paper E.3 (p. 37): ~15 h math / ~5 h knowledge on 8 A100 80GB" in out
@@ -354,25 +394,26 @@ def test_a_cell_that_cannot_checkpoint_within_its_limit_fails():
     fs = [f for f in rep.all_findings() if f.rule == "progress" and f.cell == "train_rtpo"]
     msg = next(str(f) for f in fs if "rtpo/search cannot make progress" in str(f))
     assert "set-resources.train_rtpo.runtime" in msg and "> runtime 300 min" in msg
-    assert "min checkpoint write (98.3 GB at 0.5 GB/s)" in msg and "raise the rule's runtime" in msg
+    assert "min checkpoint write (stated: 98.3 GB at 0.5 GB/s)" in msg and "raise the rule's runtime" in msg
+    assert "step 384.0 min (E.3 anchor: E.3 search" in msg
     out = st.format_report(rep)
     assert out.startswith("check-config: FAIL: ") and "progress" in out.splitlines()[0]
-    # periodic saves: 10 steps of 65.8 min (rtpo/airline) do not fit 480 min
+    # periodic saves: 10 steps of 32.9 min (rtpo/airline) do not fit 300 min
     short = copy.deepcopy(res)
-    short["train_rtpo"]["runtime"] = 480
+    short["train_rtpo"]["runtime"] = 300
     msgs = [str(f) for f in st.check_config(paper(), short).all_findings() if f.rule == "progress"]
-    assert any("rtpo/airline: train.checkpoint_every 10 > the 6 steps" in m and "<= 6" in m for m in msgs), msgs
-    # the whole run: 50 steps of rtpo/airline at 21 per job need 3 jobs
+    assert any("rtpo/airline: train.checkpoint_every 10 > the 8 steps" in m and "<= 8" in m for m in msgs), msgs
+    # the whole run: 50 steps of rtpo/airline at 42 per job need 2 jobs
     few = copy.deepcopy(res)
-    few[st.PROFILE_SETTINGS]["retries"] = 1
+    few[st.PROFILE_SETTINGS]["retries"] = 0
     msgs = [str(f) for f in st.check_config(paper(), few).all_findings()]
-    assert any("rtpo/airline: 50 steps at 21 per job" in m and "need 3 jobs > 1 + retries (1)" in m for m in msgs)
+    assert any("rtpo/airline: 50 steps at 42 per job" in m and "need 2 jobs > 1 + retries (0)" in m for m in msgs)
 
 
 def test_cli_fails_a_cell_that_cannot_make_progress(capsys):
     from rtpo.cli import main
 
-    assert main(["check-config", "--config", str(PAPER), "--set", "train.prompts_per_step=4096"]) == 2
+    assert main(["check-config", "--config", str(PAPER), "--set", "train.prompts_per_step=8192"]) == 2
     r = capsys.readouterr()
     assert r.out.startswith("check-config: FAIL: ") and "cannot make progress" in r.out.splitlines()[0]
     assert "start-up check failed:" in r.err and "cannot make progress" in r.err

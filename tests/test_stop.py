@@ -83,3 +83,68 @@ def test_launcher_forwards_usr1_to_the_trainer_as_a_stop_file(tmp_path):
     ov = stop_overrides(stop, {"RTPO_JOB_DEADLINE": "1700000000", "RTPO_STOP_MARGIN_S": "60"})
     assert ov == [f"+rtpo.stop_file='{stop}'", "+rtpo.stop_margin_s=60.0", "+rtpo.deadline=1700000000.0"]
     assert stop_overrides(stop, {}) == [f"+rtpo.stop_file='{stop}'", "+rtpo.stop_margin_s=300.0"]
+    # the pilot's step cap and the launch time the trainer measures its start-up from
+    assert stop_overrides(stop, {"RTPO_STOP_AFTER_STEP": "3"}, launch_t0=12.5)[2:] == [
+        "+rtpo.stop_after_step=3", "+rtpo.launch_t0=12.5"]
+    with pytest.raises(ValueError, match="RTPO_STOP_AFTER_STEP='0'"):
+        stop_overrides(stop, {"RTPO_STOP_AFTER_STEP": "0"})
+
+
+def _fake_squeue(tmp_path: Path, body: str) -> dict:
+    squeue = tmp_path / "squeue"
+    squeue.write_text("#!/bin/sh\n" + body)
+    squeue.chmod(0o755)
+    return {"SLURM_JOB_ID": "77", "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+
+
+def test_a_slurm_job_whose_squeue_fails_takes_the_rules_runtime_and_says_so(tmp_path, capsys):
+    """squeue fails (no SLURM_CONF, a slow controller): the deadline comes from the rule's runtime, which
+    the train rule exports (workflow/rules/train.smk: RTPO_RULE_DEADLINE = its shell's start + runtime),
+    less the job's own start-up; without that either, the job's log says it has no deadline."""
+    from rtpo.signals import RULE_DEADLINE_SLACK_S, deadline_message, job_deadline_source
+    from rtpo.verl_ext.launch import stop_overrides
+
+    env = _fake_squeue(tmp_path, 'echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1\n')
+    env["RTPO_RULE_DEADLINE"] = "5000"
+    deadline, source = job_deadline_source(env, now=1000.0)
+    assert deadline == 5000 - RULE_DEADLINE_SLACK_S
+    assert "RTPO_RULE_DEADLINE" in source and "Unable to contact slurm controller" in source
+    assert stop_overrides(tmp_path / "stop", env)[-1] == f"+rtpo.deadline={5000 - RULE_DEADLINE_SLACK_S}"
+    assert "job deadline in" in capsys.readouterr().err
+    del env["RTPO_RULE_DEADLINE"]
+    deadline, line = deadline_message(env, now=1000.0)
+    assert deadline is None
+    assert line.startswith("rtpo: WARNING: Slurm job 77 has no deadline") and "exit 1" in line, line
+    stop_overrides(tmp_path / "stop", env)
+    assert "has no deadline" in capsys.readouterr().err
+    # squeue first: it knows the real end; the rule's runtime is the fallback only
+    env = {**_fake_squeue(tmp_path, "echo 10:00\n"), "RTPO_RULE_DEADLINE": "5000"}
+    assert job_deadline_source(env, now=1000.0)[0] == 1600.0
+
+
+def test_slurm_conf_comes_back_from_the_jobs_own_process(tmp_path):
+    """The Snakemake jobstep plugin keeps SLURM_CONF in its own environment but drops it from the rule's
+    (snakemake_executor_plugin_slurm_jobstep: keep_slurm): a child without it finds it in its parent's
+    (rtpo.signals.slurm_conf), and squeue gets it (here a squeue that fails without it)."""
+    env = _fake_squeue(tmp_path, '[ "$SLURM_CONF" = /site/slurm.conf ] || { echo "no conf" >&2; exit 1; }\n'
+                                 'echo 1:00:00\n')
+    child = ("import json, os\n"
+             "from rtpo.signals import slurm_conf, job_deadline_source\n"
+             "print(json.dumps([slurm_conf(), job_deadline_source(dict(os.environ), now=0.0)]))\n")
+    # the parent, as the jobstep plugin: SLURM_CONF in its environment, removed from its child's
+    parent = ("import os, subprocess, sys\n"
+              "env = {k: v for k, v in os.environ.items() if k != 'SLURM_CONF'}\n"
+              f"sys.exit(subprocess.run([sys.executable, '-c', {child!r}], env=env).returncode)\n")
+    import json
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", parent], env={**os.environ, **env, "SLURM_CONF": "/site/slurm.conf"},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    conf, (deadline, source) = json.loads(r.stdout)
+    assert conf == "/site/slurm.conf" and deadline == 3600.0 and source.startswith("squeue"), r.stdout
+    # a process with no such ancestor: None, and squeue then fails
+    r = subprocess.run([sys.executable, "-c", child], env={k: v for k, v in {**os.environ, **env}.items()
+                                                           if k != "SLURM_CONF"}, capture_output=True, text=True)
+    conf, (deadline, source) = json.loads(r.stdout)
+    assert conf is None and deadline is None and "no conf" in source

@@ -983,9 +983,10 @@ def _check_grpo_run(out: Path) -> None:
     acc = EventAccumulator(str(out), size_guidance={"scalars": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"rtpo/ratio_mean", "rtpo/kl_rollout_train", "rtpo/reward_mean", "actor/pg_loss"} <= tags, sorted(tags)
+    assert {"consistency/ratio_mean", "consistency/kl_rollout_train", "reward/reward_mean", "actor/pg_loss"} <= tags, \
+        sorted(tags)
     for name in ("ratio_mean", "kl_rollout_train"):
-        ev = acc.Scalars(f"rtpo/{name}")
+        ev = acc.Scalars(f"consistency/{name}")
         assert [e.step for e in ev] == [1, 2]  # verl's global steps
         assert [e.value for e in ev] == pytest.approx([r[name] for r in recs], rel=1e-5, abs=1e-7)
 
@@ -1024,10 +1025,18 @@ def test_verl_run_stopped_at_its_deadline_resumes_where_it_stopped(verl_run, met
     assert not (out / "final").exists() and not (out / "summary.json").exists()
     first = (out / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in first] == [0]
+    # what the job measured, kept next to its checkpoints for the retry (rtpo.signals.Timings)
+    timings = json.loads((out / "checkpoint" / "rtpo_timings.json").read_text())
+    assert [e["step"] for e in timings["save"]] == [1] and timings["save"][0]["s"] > 0
+    assert [e["step"] for e in timings["step"]] == [1] and timings["startup"][0]["s"] > 0
+    assert timings["memory"]["ranks"] and "kind" in timings["memory"]["ranks"][0]
     monkeypatch.delenv("RTPO_JOB_DEADLINE")
     assert run(out) == 0  # the retry
     log = (out / "verl.log").read_text()
     assert "Resuming from" in log and "global_step_1, setting global step to 1" in log
+    # the retry starts knowing the save it will have to write (not 0, as each job did before)
+    assert f"longest checkpoint save {timings['save'][0]['s']:.1f} s" in log
+    assert [e["step"] for e in json.loads((out / "checkpoint" / "rtpo_timings.json").read_text())["load"]] == [1]
     got, want = _records(out), _records(ref)
     assert (out / "metrics.jsonl").read_text().splitlines()[0] == first[0]  # step 0 as written before the stop
     keys = ("step", "weight_version", "train_version", "syncs", "rollouts_per_prompt")

@@ -66,22 +66,30 @@ def ablation_arm_count(cfg: dict) -> int:
 
 
 def ablation_arms(cfg: dict) -> list[tuple[str, str, list[int]]]:
-    """(study, "<variant dir>/<task>/<method>" prefix, seeds) of every arm, from the config alone: the RTPO
-    studies one arm per value, the psi studies (credit_assignment, mismatch) one per method, matched_updates
-    one per task."""
+    """(study, "<variant dir>/<task>/<method>" prefix, seeds) of every arm `all` runs, from the config alone: the
+    RTPO studies one arm per value, the psi studies (credit_assignment, mismatch) one per method (seeds 0..n-1
+    where the study's seed_counts names the method), matched_updates one per task and method, turn_rows one per
+    task; a study with `target: sweep` runs with the sweep's target instead."""
     a, out = cfg["ablations"], []
     names = {"group_size": lambda v: f"G{v}", "sync": lambda v: str(v).replace(":", "-"), "continuation": str}
+    in_all = {s for s, v in a.items() if isinstance(v, dict) and v.get("target", "all") == "all"}
+
+    def seeds(s, m):
+        n = (a[s].get("seed_counts") or {}).get(m)
+        return list(range(int(n))) if n is not None else study_seeds(cfg, s)
     for s in ("group_size", "sync", "continuation"):
-        if s in a:
+        if s in in_all:
             out += [(s, f"{names[s](v)}/{a[s]['task']}/rtpo", study_seeds(cfg, s)) for v in a[s]["values"]]
     for s in ("credit_assignment", "mismatch"):
-        if s in a:
+        if s in in_all:
             psi = str(a[s]["psi"]).replace(":", "-")
-            out += [(s, f"psi-{psi}/{a[s]['task']}/{m}", study_seeds(cfg, s)) for m in a[s]["methods"]]
-    if "matched_updates" in a:
+            out += [(s, f"psi-{psi}/{a[s]['task']}/{m}", seeds(s, m)) for m in a[s]["methods"]]
+    if "matched_updates" in in_all:
         mu = a["matched_updates"]
-        out += [("matched_updates", f"mb-{k}/{t}/{mu['method']}", study_seeds(cfg, "matched_updates"))
-                for t, k in mu["mini_batches"].items()]
+        out += [("matched_updates", f"mb-{k}/{t}/{m}", study_seeds(cfg, "matched_updates"))
+                for t, k in mu["mini_batches"].items() for m in (mu.get("methods") or [mu["method"]])]
+    if "turn_rows" in in_all:
+        out += [("turn_rows", f"rows-turn/{t}/grpo", study_seeds(cfg, "turn_rows")) for t in a["turn_rows"]["tasks"]]
     return out
 
 
@@ -365,7 +373,9 @@ def test_slurm_dry_run_sizes_paper_jobs_to_their_work(wf, tmp_path):
             assert "gpu" not in res and res["slurm_partition"] == "cpu", block
         else:
             assert int(res["gpu"]) >= need and res["slurm_partition"] == "gpu", block
-            assert re.search(r"^Shell command: exec rtpo evaluate .* --engine verl ", block, re.M), block
+            # the shard size from the profile's eval_shard resource (rtpo.eval_shards), then rtpo evaluate
+            assert re.search(r"^Shell command: export RTPO_EVAL_SHARD=512; exec rtpo evaluate .* --engine verl ",
+                             block, re.M), block
     cfg = load("paper")
     assert seen["train_vanilla"] == len(cfg["tasks"]) * len(cfg["seeds"])
     assert seen["evaluate_run"] == len(cfg["tasks"]) * len(cfg["seeds"]) * len(cfg["methods"])
@@ -443,13 +453,12 @@ def test_changing_one_methods_lr_reruns_only_its_jobs(smoke_results, tmp_path):
     assert {j["rule"] for j in trains} == {"train_grpo", "ablation_train"}
     assert sorted(re.findall(r"task=(\w+)", j["wildcards"])[0] for j in trains
                   if j["rule"] == "train_grpo") == sorted(cfg["tasks"] * seed_jobs(cfg, cfg["seeds"]))
-    # the arms that train grpo rerun (credit assignment and the mismatch control under psi=full, the
-    # matched-updates control's GRPO-K on each of its tasks), rtpo_ca's and rtpo's do not
+    # the arms of `all` that train grpo rerun (credit assignment under psi=full, the matched-updates control's
+    # GRPO-K on each of its tasks, GRPO on its own contexts; the mismatch control runs with `sweep`), rtpo_ca's
+    # and rtpo's do not
     a = cfg["ablations"]
-    grpo_arms = sum("grpo" in (a.get(s) or {}).get("methods", []) for s in ("credit_assignment", "mismatch"))
-    if a.get("matched_updates", {}).get("method", "grpo") == "grpo":
-        grpo_arms += len(a.get("matched_updates", {}).get("mini_batches", {}))
-    assert grpo_arms == 3  # the smoke config has all three kinds
+    grpo_arms = len([arm for arm in ablation_arms(cfg) if arm[1].endswith("/grpo")])
+    assert grpo_arms == 3 and a["mismatch"]["target"] == "sweep"  # the smoke config has all three kinds
     assert all("/grpo/" in j["output"] for j in trains if j["rule"] == "ablation_train")
     assert len([j for j in trains if j["rule"] == "ablation_train"]) == grpo_arms * seed_jobs(cfg, a["seeds"])
     for j in trains:

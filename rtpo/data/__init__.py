@@ -106,7 +106,7 @@ def read_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
     checked against the typed schema of rtpo.data.schema, ids unique; with `kind`, every row must be
     of that kind (the run's --task). Raises RowError naming file, line and field (exit 2 in `rtpo`)."""
     from rtpo.data.schema import FieldError, check_row
-    from rtpo.inputs import RowError, jsonl_lines
+    from rtpo.inputs import RowError, jsonl_lines, unpaired_surrogate
 
     out = []
     first: dict[str, int] = {}
@@ -117,6 +117,9 @@ def read_tasks(path: str | Path, kind: str | None = None) -> list[Task]:
             raise RowError(path, n, f"not a task ({type(e).__name__}: {e})") from None
         try:
             check_row(row, kind)
+            bad = unpaired_surrogate(row, line)  # json.loads takes "\ud800"; the tokenizer does not
+            if bad:
+                raise FieldError(*bad)
             if row["id"] in first:
                 raise FieldError("id", f"duplicate id {row['id']!r} (first at line {first[row['id']]})")
         except FieldError as e:

@@ -15,7 +15,7 @@ file order; a smaller one is taken whole. No evaluation benchmark is a training 
 Sources. An entry is {source, path, sha256} (a file under `data.sources[source]`, e.g. ARPO's
 repository at a fixed commit on raw.githubusercontent.com), {url, sha256}, or {hf_id, config?,
 split, revision?} (the hub, through `datasets`; for AMC23 and OlympiadBench, which ARPO does not
-bundle). URL downloads go through rtpo.retrieval.fetch: HTTPS only, sha256 checked, a mismatch
+bundle; pinned to a commit by `python -m rtpo.data.pins` on a login node, a warning until then). URL downloads go through rtpo.retrieval.fetch: HTTPS only, sha256 checked, a mismatch
 is an error. Files land once under results/data/raw/ (shared by the tasks) with a
 `<file>.source.json` record; `<out>/sources.json` lists what each benchmark was read from.
 
@@ -105,6 +105,9 @@ def fetch(name: str, entry: dict[str, Any], raw: Path, sources: dict[str, str]) 
         dest = download(url, raw / rel, entry.get("sha256"), log=_log)
         return dest, {"url": url, "sha256": sha256_of(dest), "pinned": bool(entry.get("sha256"))}
     if entry.get("hf_id"):
+        if not entry.get("revision"):  # read at the hub's main: not reproducible until pinned (rtpo.data.pins)
+            _log(f"WARNING: {name}: {entry['hf_id']} is not pinned (no revision): reading the hub's main; pin it on "
+                 "the login node with `python -m rtpo.data.pins --config <config> --write` (docs/data.md)")
         parts = [entry["hf_id"].replace("/", "__"), entry.get("config") or "default", entry.get("revision") or "main"]
         dest = _hf_download(entry, raw / "hf" / "+".join(parts) / f"{entry['split']}.parquet")
         return dest, {"hf_id": entry["hf_id"], "config": entry.get("config"), "split": entry["split"],

@@ -123,6 +123,8 @@ def build_dense_index(corpus: str | Path, out_dir: str | Path, model: str = "int
 class DenseIndex:
     """A built dense index; `search(query, k)` as every backend (scores are cosine similarities)."""
 
+    search_in_thread = True  # torch and faiss release the GIL: the retrieval server searches on its thread pool
+
     def __init__(self, index_dir: str | Path, encoder: E5Encoder | None = None, nprobe_k: int = 64):
         faiss = require_faiss()
         self.dir = Path(index_dir)

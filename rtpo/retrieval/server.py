@@ -1,55 +1,44 @@
-"""The retrieval server: Search-R1's `/retrieve` protocol over a BM25 index or a web backend.
+"""The retrieval server: Search-R1's `/retrieve` protocol over a BM25 index or a web backend,
+a FastAPI app served by uvicorn (as Search-R1's own retrieval_server.py is).
 
     POST /retrieve  {"queries": ["..."], "topk": 3, "return_scores": true}
         -> {"result": [[{"document": {"id": "...", "contents": "\\"Title\\"\\ntext"}, "score": 1.23}, ...]]}
            (without return_scores each inner item is the document alone, as in Search-R1)
     GET  /health    -> {"status": "ok", "backend": "...", "passages": N, "pid": the answering process}
 
-Errors: a malformed request is 400 {"error": ...}; a backend failure (e.g. the web provider
-refused) is 502 {"error": ...}. The server is the stdlib ThreadingHTTPServer (HTTP/1.1 keep-alive,
-one thread per connection), so it adds no dependency to the CPU install.
-
     python -m rtpo.retrieval.server --index results/retrieval/wiki18/bm25 --port 0 --url-file URL
     python -m rtpo.retrieval.server --web serpapi --port 8000          # SERPAPI_API_KEY in the env
 
-It prints ``rtpo-retrieval: serving <backend> on http://HOST:PORT`` once it accepts requests and,
-with --url-file, writes that URL there (atomically): --port 0 takes a free port and reports it.
-With --idle-exit S it stops after S seconds without a request (the per-node servers that
+It prints ``rtpo-retrieval: serving <backend> on http://HOST:PORT`` once its socket listens and, with
+--url-file, writes that URL there (atomically): --port 0 takes a free port and reports it. With
+--idle-exit S it stops after S seconds without a request (the per-node servers that
 `rtpo.retrieval.client` starts on demand use this, so none outlives its jobs for long).
 
---workers W forks W - 1 more processes after the index is loaded; all accept on the same socket.
-A query holds the GIL for most of its time (numpy fancy indexing over the postings), so one
-process answers about one query per core at a time; the memory-mapped index is shared by all
-workers through the page cache. Workers die with the first process (PR_SET_PDEATHSIG).
+Errors, as JSON {"error": ...} naming the field: 400 for a body that is not a JSON object, nested
+deeper than MAX_DEPTH, 'queries' not a list of at most MAX_QUERIES strings, 'topk' not an integer in
+1..1000 (null or absent: the server's --topk), 'return_scores' not a JSON boolean (absent: false), or
+a Content-Length of 0 or none; 413 for a body over MAX_BODY (1 MiB), answered before the body is read
+and the connection then closed; 404 for another path; 502 when the backend failed (e.g. the web
+provider refused), 500 for a backend bug. A Content-Length that is not a number never reaches the
+app: uvicorn's HTTP parser answers it 400 itself.
 
-Under load: every rollout thread of every process on a node may search at once.
-- Listen backlog: --backlog, default 1024 connections (`request_queue_size`; the kernel caps it at
-  net.core.somaxconn, 4096 on current kernels). The stdlib default of 5 reset connections from
-  about 20 concurrent clients on: 18 to 64 of 200 concurrent searches failed through our retrying
-  client (tests/test_retrieval_load.py).
-- Handler threads: at most --max-threads (default 256) connections are served at once per process
-  (so --workers W serves W times that). A connection beyond them waits in the listen backlog until
-  a thread is free (no 503: the client just sees a slower answer, within its own timeout). While
-  one waits, every answer is sent with ``Connection: close`` and the longest-idle kept-alive
-  connection (between two requests) is closed, so idle keep-alive connections hand their threads
-  over instead of holding them (_Server's docstring).
-- Read timeout: --read-timeout, default 30 s, on every read and write of a connection (the socket
-  timeout): a client that connects and sends nothing, or stops half-way, or keeps an idle
-  keep-alive connection, holds its thread at most that long, then the server closes it.
-- Request deadline: --request-timeout, default 10 s, for the whole of one request's arrival
-  (request line, headers and body; from the connection's start, or a kept-alive connection's first
-  byte of the next request). The read timeout restarts on every read, so a client sending a byte
-  every 5 s would keep its thread for ever; the deadline closes it. A watchdog thread enforces it.
-- Slow readers give way: while a connection waits for a thread, the server closes, one per waiting
-  connection, the connection whose request has been arriving longest, once that is over
-  --slow-grace (default 1 s; a real client sends its request in milliseconds). So connections held
-  half-sent (300 of them against 256 threads, tests/test_retrieval_hold.py) cannot keep real
-  searches out: the searches wait at most about the grace, not the deadline.
-- Validation: 400 {"error": ...} naming the field for a body that is not a JSON object, nested
-  deeper than MAX_DEPTH, 'queries' not a list of at most MAX_QUERIES strings, 'topk' not an integer
-  in 1..1000 (null or absent: the server's --topk), 'return_scores' not a JSON boolean (absent:
-  false); a missing or bad Content-Length is 400 and one over MAX_BODY bytes (1 MiB) 413, both
-  answered without reading the body and then the connection closed.
+Under load, uvicorn's event loop holds every connection (asyncio: a connection costs a socket, not a
+thread) and answers one search after another (`build_app`), so clients that connect and send nothing, send half a
+request, trickle a byte at a time, never read a large answer or go away mid-answer do not keep real
+searches out (tests/test_retrieval_hold.py; latencies in scripts/bench_retrieval_hold.py). A kept-alive
+connection idle for --timeout-keep-alive seconds is closed (our client reconnects); a request still
+arriving has no deadline (it holds a socket only). The process raises its open-file limit to the hard
+limit at start, so held connections run into that, not the soft 1,024. The HTTP parser is httptools and
+the loop uvloop, named (not uvicorn's "auto"), both base dependencies, so every install serves the same
+way: a search costs the server about the CPU the stdlib server's did (h11 and asyncio, the pure-Python
+pair, cost 1.6 times that: scripts/bench_retrieval_hold.py's burst).
+
+--workers W forks W - 1 more processes after the index is loaded; each runs uvicorn on the same
+listening socket. A query holds the GIL for most of its time (numpy fancy indexing over the
+postings), so one process answers about one query per core at a time; the index loaded before the
+fork is shared by all workers (copy-on-write; a memory-mapped one through the page cache), which
+uvicorn's own --workers, spawning fresh interpreters that each load the index, would not do. Workers
+die with the first process (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -63,154 +52,121 @@ import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
 from rtpo.retrieval.core import RetrievalError, contents_of
 
-__all__ = ["RetrievalServer", "load_backend", "main"]
+__all__ = ["RetrievalServer", "build_app", "load_backend", "main"]
 
 MAX_BODY = 1 << 20
 MAX_QUERIES = 1024
-MAX_DEPTH = 32          # a request is 2 deep ({"queries": [...]}); json.loads recurses per level
-BACKLOG = 1024          # listen backlog (connections the kernel queues before we accept them)
-MAX_THREADS = 256       # connections served at once (one thread each) per process
-READ_TIMEOUT = 30.0     # seconds a connection may keep a thread waiting for its next bytes
-REQUEST_TIMEOUT = 10.0  # seconds one request may take to arrive (line, headers, body), however it trickles
-SLOW_GRACE = 1.0        # seconds after which an arriving request gives way to a connection waiting for a thread
+MAX_DEPTH = 32            # a request is 2 deep ({"queries": [...]}); json.loads recurses per level
+BACKLOG = 2048            # listen backlog (uvicorn's default; the kernel caps it at net.core.somaxconn)
+KEEP_ALIVE = 30.0         # seconds a kept-alive connection may stay idle between two requests
+DRAIN_LIMIT = 4 * MAX_BODY  # an oversize body sent without `Expect: 100-continue` is read (and dropped) up to this
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
-    server: "_Server"
-    _unread = False  # an answer was sent without reading the request's body (see finish)
+def _json(code: int, obj: Any, close: bool = False):
+    return Response(json.dumps(obj, ensure_ascii=False).encode(), status_code=code, media_type="application/json",
+                    headers={"Connection": "close"} if close else None)
 
-    def setup(self) -> None:
-        self.timeout = self.server.read_timeout  # StreamRequestHandler.setup: the socket's timeout
-        super().setup()
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: one line per request is too much
-        pass
+def build_app(backend, default_topk: int = 3, stats: dict[str, Any] | None = None):
+    """The FastAPI app answering /retrieve and /health over `backend` (``search(query, k) -> [passage]``).
+    `stats` (optional) is updated in place: "served" (queries answered), "last" (monotonic time of the
+    last request).
 
-    def _send(self, code: int, obj: Any, close: bool = False) -> None:
-        self.server.arriving(self, False)  # answering: the request is in (or refused unread)
-        body = json.dumps(obj, ensure_ascii=False).encode()
-        close = close or self.server.waiting  # a connection waits for a thread: hand this one over
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        if close:
-            self.send_header("Connection", "close")  # end_headers sees it: close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
+    A BM25 search holds the GIL throughout (numpy indexing over the postings), so it runs on the event
+    loop itself: a thread would add a hand-off per search and nothing in parallel (1,000 clients at once:
+    p50 0.14-0.32 s on the loop, 1.9-3.7 s through the thread pool, scripts/bench_retrieval_hold.py). A
+    backend that waits on the network or releases the GIL (web search, faiss + torch) says
+    `search_in_thread = True` and is searched on uvicorn's thread pool."""
+    threaded = bool(getattr(backend, "search_in_thread", False))
+    stats = stats if stats is not None else {}
+    stats.setdefault("served", 0)
+    stats.setdefault("last", time.monotonic())
+    default_topk = int(default_topk)
+    app = FastAPI(title="rtpo retrieval", description="Search-R1's /retrieve protocol", docs_url=None,
+                  redoc_url=None, openapi_url=None)
 
-    def _refuse_unread(self, code: int, message: str) -> None:
-        """Answer without reading the body; the connection is closed after (its stream is unusable)."""
-        self._unread = True
-        self._send(code, {"error": message}, close=True)
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException):  # 404 / 405 in the protocol's shape
+        return _json(exc.status_code, {"error": f"no such path {request.method} {request.url.path}; use POST "
+                                                "/retrieve or GET /health"})
 
-    def _body_length(self) -> int | None:
-        """The request's Content-Length if it is acceptable, else None (and the error is answered)."""
-        raw = self.headers.get("Content-Length")
-        try:
-            n = int(raw) if raw is not None else -1
-        except ValueError:
-            n = -1
-        if n > MAX_BODY:
-            self._refuse_unread(413, f"request body too large: Content-Length {n} > {MAX_BODY} bytes")
-            return None
-        if n <= 0:
-            self._refuse_unread(400, f"'Content-Length' must be an integer in 1..{MAX_BODY}, got {raw!r}")
-            return None
-        return n
+    @app.get("/health")
+    async def health():
+        stats["last"] = time.monotonic()
+        n = len(backend) if hasattr(backend, "__len__") else None
+        return _json(200, {"status": "ok", "backend": getattr(backend, "name", type(backend).__name__),
+                           "passages": n, "pid": os.getpid()})
 
-    def handle_expect_100(self) -> bool:
-        """`Expect: 100-continue` (curl's big bodies): refuse an oversize body before it is sent."""
-        if self.command == "POST" and self._body_length() is None:
-            return False
-        return super().handle_expect_100()
-
-    def handle(self) -> None:
-        """BaseHTTPRequestHandler.handle, but between two requests of a kept-alive connection the
-        connection is idle and the server may close it for a connection waiting for a thread; while a
-        request arrives it is under the request deadline (_Server.arriving)."""
-        self.close_connection = True
-        self.server.arriving(self, True)
-        self.handle_one_request()
-        while not self.close_connection and self._next_request_arrives():
-            self.handle_one_request()
-
-    def _next_request_arrives(self) -> bool:
-        self.server.idle(self, True)
-        try:
-            more = bool(self.rfile.peek(1))  # blocks until bytes, EOF, the read timeout, or a reap
-        except (OSError, ValueError):  # TimeoutError, reset; ValueError: the file was closed
-            more = False
-        busy = self.server.idle(self, False)
-        if busy and more:
-            self.server.arriving(self, True)  # the next request's first byte is here: its deadline starts
-        return busy and more
-
-    def finish(self) -> None:
-        self.server.arriving(self, False)
-        super().finish()
-        if self._unread:  # lingering close: without it the unread body makes the kernel reset the
-            _drain(self.connection)  # connection, and the client may lose the answer we sent
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self.server.touch()
-        if self.path.rstrip("/") == "/health":
-            b = self.server.backend
-            n = len(b) if hasattr(b, "__len__") else None
-            self._send(200, {"status": "ok", "backend": getattr(b, "name", type(b).__name__), "passages": n,
-                             "pid": os.getpid()})
-        else:
-            self._send(404, {"error": f"no such path {self.path}; use POST /retrieve or GET /health"})
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.server.touch()
-        if self.path.rstrip("/") != "/retrieve":
-            self._refuse_unread(404, f"no such path {self.path}; use POST /retrieve")
-            return
-        n = self._body_length()
-        if n is None:
-            return
-        raw = self.rfile.read(n)
-        self.server.arriving(self, False)  # the request is in: searching is not under its deadline
-        if len(raw) < n:  # the client closed half-way (a stalled one times out: TimeoutError)
-            self.close_connection = True
-            return
+    @app.post("/retrieve")
+    async def retrieve(request: Request):
+        stats["last"] = time.monotonic()
+        raw, refused = await _read_body(request)
+        if refused is not None:
+            return refused
         try:
             depth = _nesting_depth(raw)
             if depth > MAX_DEPTH:
                 raise ValueError(f"body is nested {depth} levels deep, at most {MAX_DEPTH} allowed")
-            try:
-                req = json.loads(raw)
-            except RecursionError:  # not reached after the depth check; kept as the last guard
-                raise ValueError(f"body is nested more than {MAX_DEPTH} levels deep") from None
-            queries, topk, scores = _validate(req, self.server.default_topk)
+            queries, topk, scores = _validate(json.loads(raw), default_topk)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            self._send(400, {"error": f"body is not JSON ({e})"})
-            return
+            return _json(400, {"error": f"body is not JSON ({e})"})
         except ValueError as e:  # _validate's, and json's own limits (e.g. an integer of 5000 digits)
-            self._send(400, {"error": str(e)})
-            return
+            return _json(400, {"error": str(e)})
         try:
-            results = [self.server.backend.search(q, topk) for q in queries]
+            if threaded:  # waits on the network or releases the GIL: other requests go on meanwhile
+                results = await run_in_threadpool(lambda: [backend.search(q, topk) for q in queries])
+            else:
+                results = [backend.search(q, topk) for q in queries]
         except RetrievalError as e:
-            self._send(502, {"error": str(e)})
-            return
-        except Exception as e:  # a backend bug: answer it (the client retries a 5xx) rather than drop the connection
-            self._send(500, {"error": f"search failed: {type(e).__name__}: {e}"})
-            return
+            return _json(502, {"error": str(e)})
+        except Exception as e:  # a backend bug: answer it (the client retries a 5xx)
+            return _json(500, {"error": f"search failed: {type(e).__name__}: {e}"})
         out = []
         for hits in results:
             docs = [{"id": h["id"], "contents": contents_of(h)} for h in hits]
             out.append([{"document": d, "score": h.get("score", 0.0)} for d, h in zip(docs, hits)] if scores else docs)
-        self.server.served += len(queries)
-        self._send(200, {"result": out})
+        stats["served"] += len(queries)
+        return _json(200, {"result": out})
+
+    return app
+
+
+async def _read_body(request) -> tuple[bytes, Any]:
+    """The request's body, or (b"", the error answer) for a missing, empty or oversize one. An oversize
+    body is refused before it is read; without `Expect: 100-continue` the client sends it anyway, so up
+    to DRAIN_LIMIT of it is read and dropped first (closing on unread bytes makes the kernel reset the
+    connection, and the client may lose the answer)."""
+    raw = request.headers.get("content-length")
+    chunked = "chunked" in request.headers.get("transfer-encoding", "").lower()
+    n = int(raw) if raw is not None and raw.isdigit() else None  # h11 has refused any other value
+    if n is not None and n > MAX_BODY:
+        if "100-continue" not in request.headers.get("expect", "").lower():
+            got = 0
+            async for chunk in request.stream():
+                got += len(chunk)
+                if got > DRAIN_LIMIT:
+                    break
+        return b"", _json(413, {"error": f"request body too large: Content-Length {n} > {MAX_BODY} bytes"},
+                          close=True)
+    if not chunked and not n:
+        return b"", _json(400, {"error": f"'Content-Length' must be an integer in 1..{MAX_BODY}, got {raw!r}"},
+                          close=True)
+    body = bytearray()
+    async for chunk in request.stream():  # a chunked body: read up to the limit
+        body += chunk
+        if len(body) > MAX_BODY:
+            return b"", _json(413, {"error": f"request body too large: over {MAX_BODY} bytes"}, close=True)
+    return bytes(body), None
 
 
 def _validate(req: Any, default_topk: int) -> tuple[list[str], int, bool]:
@@ -250,240 +206,87 @@ def _nesting_depth(body: bytes) -> int:
     return max(itertools.accumulate(1 if c in b"[{" else -1 for c in brackets), default=0)
 
 
-def _drain(sock: socket.socket, limit: int = 4 * MAX_BODY, seconds: float = 2.0) -> None:
-    """Half-close and read what the client still sends (at most `limit` bytes, `seconds`)."""
-    try:
-        sock.shutdown(socket.SHUT_WR)
-        end, got = time.monotonic() + seconds, 0
-        while got < limit and (left := end - time.monotonic()) > 0:
-            sock.settimeout(min(left, 0.5))
-            chunk = sock.recv(65536)
-            if not chunk:
-                return
-            got += len(chunk)
-    except OSError:  # reset, timed out: nothing more to save
-        pass
+def _raise_open_files_limit() -> None:
+    """Soft RLIMIT_NOFILE up to the hard limit: every connection the loop holds is a file descriptor."""
+    import resource
 
-
-class _Server(ThreadingHTTPServer):
-    """ThreadingHTTPServer with a sized backlog, at most `max_threads` handler threads and a read
-    timeout per connection (module docstring).
-
-    Bounding the threads: process_request (the accept loop's thread) takes a slot of a semaphore
-    before it starts a connection's thread, and the thread gives it back when the connection ends.
-    While no slot is free the accept loop waits, so further connections queue in the kernel's listen
-    backlog (sized for that) rather than being refused or answered 503: the simplest rule that
-    never fails a request a moment of patience would answer. `waiting` is set meanwhile, and every
-    answer then says ``Connection: close`` so kept-alive connections free their threads, and a
-    kept-alive connection idle between two requests is closed (`_reap`, one per waiting connection:
-    HTTP lets a server close an idle connection at any time; our client reconnects). Otherwise an
-    idle connection frees its thread after `read_timeout`. The wait polls for shutdown()."""
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, addr, backend, default_topk: int, backlog: int = BACKLOG, max_threads: int = MAX_THREADS,
-                 read_timeout: float | None = READ_TIMEOUT, request_timeout: float | None = REQUEST_TIMEOUT,
-                 slow_grace: float = SLOW_GRACE):
-        if int(backlog) < 1 or int(max_threads) < 1:
-            raise ValueError(f"backlog and max_threads must be >= 1, got {backlog} and {max_threads}")
-        for name, v in (("read_timeout", read_timeout), ("request_timeout", request_timeout)):
-            if v is not None and not v > 0:
-                raise ValueError(f"{name} must be > 0 seconds (or None), got {v}")
-        if not slow_grace >= 0:
-            raise ValueError(f"slow_grace must be >= 0 seconds, got {slow_grace}")
-        self.request_timeout, self.slow_grace = request_timeout, float(slow_grace)
-        self._arriving: dict[_Handler, float] = {}  # connections whose request is arriving -> since when
-        self.evicted = self.expired = 0  # slow requests closed for a waiting connection / at their deadline
-        self.request_queue_size = int(backlog)  # read by server_activate, inside super().__init__
-        self.max_threads, self.read_timeout = int(max_threads), read_timeout
-        self._slots = threading.BoundedSemaphore(self.max_threads)
-        self._stopping = False
-        self.waiting = False   # an accepted connection waits for a free thread
-        self.active = 0        # connections being served now
-        self.peak = 0          # the most served at once
-        self._count = threading.Lock()
-        self._idle: dict[_Handler, None] = {}  # kept-alive connections between requests, oldest first
-        super().__init__(addr, _Handler)
-        self.backend, self.default_topk = backend, int(default_topk)
-        self.served = 0
-        self.last = time.monotonic()
-
-    def arriving(self, handler: _Handler, on: bool) -> None:
-        """Mark `handler`'s request as arriving (the deadline and the grace count from now) or arrived."""
-        with self._count:
-            if on:
-                self._arriving[handler] = time.monotonic()
-            else:
-                self._arriving.pop(handler, None)
-
-    def _close(self, handler: _Handler) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
         try:
-            handler.connection.shutdown(socket.SHUT_RDWR)  # its blocked read returns: the thread ends
-        except OSError:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
             pass
-
-    def _watch_deadlines(self) -> None:
-        """Close each connection whose request is still arriving request_timeout after it began."""
-        tick = min(0.25, self.request_timeout / 4)
-        while not self._stopping:
-            time.sleep(tick)
-            now = time.monotonic()
-            with self._count:
-                late = [h for h, t0 in self._arriving.items() if now - t0 > self.request_timeout]
-                for h in late:
-                    del self._arriving[h]
-                self.expired += len(late)
-            for h in late:
-                self._close(h)
-
-    def _evict_slow(self) -> bool:
-        """Close the connection whose request has been arriving longest, if longer than slow_grace."""
-        now = time.monotonic()
-        with self._count:
-            if not self._arriving:
-                return False
-            handler, t0 = min(self._arriving.items(), key=lambda kv: kv[1])
-            if now - t0 <= self.slow_grace:
-                return False
-            del self._arriving[handler]
-            self.evicted += 1
-        self._close(handler)
-        return True
-
-    def touch(self) -> None:
-        self.last = time.monotonic()
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.waiting = True
-            try:
-                self._reap()
-                while not self._slots.acquire(timeout=0.1):
-                    if self._stopping:
-                        self.shutdown_request(request)
-                        return
-                    self._reap()
-            finally:
-                self.waiting = False
-        with self._count:
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:  # the thread did not start (RuntimeError: can't start new thread)
-            self._release()
-            self.shutdown_request(request)
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release()
-
-    def idle(self, handler: _Handler, idle: bool) -> bool:
-        """Mark `handler`'s connection idle (waiting for its next request) or busy again; the
-        latter returns False if it was reaped meanwhile (then it must close)."""
-        with self._count:
-            if idle:
-                self._idle[handler] = None
-                return True
-            return self._idle.pop(handler, False) is None
-
-    def _reap(self) -> None:
-        """Close the longest-idle kept-alive connection, if any (its thread sees EOF and ends); if none,
-        the slowest arriving request past the grace (_evict_slow)."""
-        with self._count:
-            handler = next(iter(self._idle), None)
-            if handler is not None:
-                del self._idle[handler]
-        if handler is None:
-            self._evict_slow()
-            return
-        self._close(handler)
-
-    def _release(self) -> None:
-        with self._count:
-            self.active -= 1
-        self._slots.release()
-
-    def handle_error(self, request, client_address) -> None:
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):  # the client went away: no traceback
-            return
-        super().handle_error(request, client_address)
-
-    def serve_forever(self, poll_interval: float = 0.5) -> None:
-        if self.request_timeout is not None:  # here, not in __init__: a forked worker has only the forking thread
-            threading.Thread(target=self._watch_deadlines, name="rtpo-retrieval-deadlines", daemon=True).start()
-        super().serve_forever(poll_interval)
-
-    def shutdown(self) -> None:
-        self._stopping = True
-        super().shutdown()
 
 
 class RetrievalServer:
-    """A `/retrieve` server over `backend` (anything with ``search(query, k) -> [passage]``).
+    """A `/retrieve` server over `backend` (anything with ``search(query, k) -> [passage]``) on a socket
+    bound here (so `port` is known at once, --port 0 included).
 
     `start()` serves from a background thread (tests, embedding); `serve_forever()` blocks (CLI)."""
 
     def __init__(self, backend, host: str = "127.0.0.1", port: int = 0, default_topk: int = 3,
-                 idle_exit: float | None = None, backlog: int = BACKLOG, max_threads: int = MAX_THREADS,
-                 read_timeout: float | None = READ_TIMEOUT, request_timeout: float | None = REQUEST_TIMEOUT,
-                 slow_grace: float = SLOW_GRACE):
-        self._srv = _Server((host, int(port)), backend, default_topk, backlog=backlog, max_threads=max_threads,
-                            read_timeout=read_timeout, request_timeout=request_timeout, slow_grace=slow_grace)
-        self.idle_exit = idle_exit
+                 idle_exit: float | None = None, backlog: int = BACKLOG, timeout_keep_alive: float = KEEP_ALIVE):
+        import uvicorn
+
+        if int(backlog) < 1:
+            raise ValueError(f"backlog must be >= 1, got {backlog}")
+        if not timeout_keep_alive > 0:
+            raise ValueError(f"timeout_keep_alive must be > 0 seconds, got {timeout_keep_alive}")
+        if idle_exit is not None and not idle_exit > 0:
+            raise ValueError(f"idle_exit must be > 0 seconds (or None), got {idle_exit}")
+        self.backend, self.idle_exit, self.stats = backend, idle_exit, {"served": 0, "last": time.monotonic()}
+        _raise_open_files_limit()
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say so (base_events._set_nodelay),
+        # and without it an answer's body waits for the client's delayed ACK of its headers (~40 ms)
+        self._sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, int(port)))
+        self._sock.listen(int(backlog))
+        self._sock.set_inheritable(True)
+        self.config = uvicorn.Config(build_app(backend, default_topk, self.stats), http="httptools", loop="uvloop",
+                                     lifespan="off", log_level="warning", access_log=False, backlog=int(backlog),
+                                     timeout_keep_alive=timeout_keep_alive, timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(self.config)
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return self._srv.server_address[1]
+        return self._sock.getsockname()[1]
 
     @property
     def url(self) -> str:
-        host = self._srv.server_address[0]
+        host = self._sock.getsockname()[0]
         if host in ("0.0.0.0", "::"):
-            import socket
             host = socket.gethostname()
         return f"http://{host}:{self.port}"
 
     @property
     def served(self) -> int:
-        return self._srv.served
+        """Queries answered by this process."""
+        return self.stats["served"]
 
     @property
-    def active(self) -> int:
-        """Connections being served now (each holds a handler thread)."""
-        return self._srv.active
-
-    @property
-    def arriving(self) -> int:
-        """Connections with a thread whose request is still arriving."""
-        return len(self._srv._arriving)
-
-    @property
-    def closed_slow(self) -> dict[str, int]:
-        """Connections closed while their request arrived: at the deadline, and to let a waiting one in."""
-        return {"deadline": self._srv.expired, "gave_way": self._srv.evicted}
-
-    @property
-    def peak(self) -> int:
-        """The most connections served at once so far (never above max_threads)."""
-        return self._srv.peak
+    def connections(self) -> int:
+        """Connections this process holds now (held, trickling and idle ones included)."""
+        return len(self._server.server_state.connections)
 
     def _watch_idle(self) -> None:
-        while True:
+        while not self._server.should_exit:
             time.sleep(min(5.0, self.idle_exit / 4))
-            if time.monotonic() - self._srv.last > self.idle_exit:
+            if time.monotonic() - self.stats["last"] > self.idle_exit:
                 print(f"rtpo-retrieval: idle for {self.idle_exit:.0f} s, stopping", flush=True)
-                self._srv.shutdown()
+                self._server.should_exit = True
                 return
 
     def start(self) -> "RetrievalServer":
-        self._thread = threading.Thread(target=self._srv.serve_forever, name="rtpo-retrieval", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, name="rtpo-retrieval", daemon=True)
         self._thread.start()
+        t0 = time.monotonic()
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() - t0 > 30:
+                raise RuntimeError("the retrieval server did not start")
+            time.sleep(0.01)
         return self
 
     def fork_workers(self, workers: int) -> None:
@@ -501,13 +304,13 @@ class RetrievalServer:
     def serve_forever(self) -> None:
         if self.idle_exit:
             threading.Thread(target=self._watch_idle, daemon=True).start()
-        self._srv.serve_forever()
+        self._server.run(sockets=[self._sock])
 
     def stop(self) -> None:
-        self._srv.shutdown()
-        self._srv.server_close()
+        self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self._sock.close()
 
 
 def load_backend(index: str | None = None, corpus: str | None = None, web: str | None = None,
@@ -555,21 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="processes accepting on the socket (one query per core)")
     ap.add_argument("--backlog", type=int, default=BACKLOG,
                     help="listen backlog: connections queued before they are accepted (capped by somaxconn)")
-    ap.add_argument("--max-threads", type=int, default=MAX_THREADS,
-                    help="connections served at once per process; more wait in the backlog")
-    ap.add_argument("--read-timeout", type=float, default=READ_TIMEOUT,
-                    help="seconds a connection may wait for its next bytes (idle keep-alive included)")
-    ap.add_argument("--request-timeout", type=float, default=REQUEST_TIMEOUT,
-                    help="seconds one request may take to arrive, however it trickles (line, headers, body)")
-    ap.add_argument("--slow-grace", type=float, default=SLOW_GRACE,
-                    help="seconds after which an arriving request is closed to let a connection waiting for a thread in")
+    ap.add_argument("--timeout-keep-alive", type=float, default=KEEP_ALIVE,
+                    help="seconds a kept-alive connection may stay idle between two requests (uvicorn's option)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
         backend = load_backend(args.index, args.corpus, args.web, args.key_env)
         srv = RetrievalServer(backend, args.host, args.port, args.topk, args.idle_exit, backlog=args.backlog,
-                              max_threads=args.max_threads, read_timeout=args.read_timeout,
-                              request_timeout=args.request_timeout, slow_grace=args.slow_grace)
+                              timeout_keep_alive=args.timeout_keep_alive)
     except (ValueError, FileNotFoundError, OSError, ImportError, RetrievalError) as e:
         print(f"rtpo-retrieval: error: {e}", file=sys.stderr, flush=True)
         return 2

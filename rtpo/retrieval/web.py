@@ -18,6 +18,14 @@ Errors: HTTP 429 and 5xx, timeouts and refused connections are retried with back
 as RetrievalError; 401/403 (bad key) and other 4xx are raised at once; a body that is not JSON is
 an error. Without a key the backend cannot be built (WebSearchUnavailable): the data job then
 marks these benchmarks "not run" instead of scoring them against Wikipedia.
+
+A key is not a connection: compute nodes are often offline. A job that uses web search therefore
+starts with a probe query (`web_available(spec, probe=True)`: PROBE_QUERY, one result, through the
+network, not the cache). Unreachable, its benchmarks are "not run" in that evaluation, with the
+probe's error as the reason, never scored (rtpo.evaluate). Reachable, the searches may still fail
+later: an evaluation whose web searches fail above MAX_FAILED_SHARE fails (no result is written for
+the shard that crossed it), so its retry searches again instead of scoring the failures as wrong
+answers.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ __all__ = ["SerpApiBackend", "WebSearchUnavailable", "make_web_backend", "web_av
 
 SERPAPI_ENDPOINT = "https://serpapi.com/search.json"
 NO_RESULTS = "hasn't returned any results"
+PROBE_QUERY = "Wikipedia"  # a query every web search engine answers
+# Above this share of failed web searches (after each search's own retries) an evaluation fails: a few
+# transient failures are scored as what the agent saw (SEARCH_FAILED, as a live search would give), a
+# broken connection is not.
+MAX_FAILED_SHARE = 0.05
 
 
 class WebSearchUnavailable(RetrievalError):
@@ -71,6 +84,8 @@ def parse_serpapi(data: Any, k: int) -> list[dict[str, Any]]:
 
 class SerpApiBackend:
     """search(query, k) -> passages from SerpAPI's Google engine (see the module docstring)."""
+
+    search_in_thread = True  # it waits on the network: the retrieval server searches on its thread pool
 
     def __init__(self, api_key: str, endpoint: str = SERPAPI_ENDPOINT, engine: str = "google",
                  timeout: float = 20.0, retries: int = 2, backoff: float = 1.0,
@@ -125,15 +140,27 @@ class SerpApiBackend:
         raise RetrievalError(f"serpapi: failed after {self.retries + 1} attempts: {last}")
 
 
-def web_available(spec: dict[str, Any]) -> tuple[bool, str]:
-    """(usable, reason): whether the web backend of `spec` has what it needs (its API key)."""
+def web_available(spec: dict[str, Any], probe: bool = False) -> tuple[bool, str]:
+    """(usable, reason): whether the web backend of `spec` has what it needs (its API key) and, with
+    `probe`, answers a probe query (PROBE_QUERY, one result) over the network. The reason says what
+    failed (never the key); with a successful probe, how long it took."""
     kind = spec.get("kind", "serpapi")
     if kind != "serpapi":
         return False, f"unknown web-search provider {kind!r} (known: serpapi)"
     env = spec.get("key_env", "SERPAPI_API_KEY")
     if not os.environ.get(env):
         return False, f"no web-search API key: environment variable {env} is not set"
-    return True, ""
+    if not probe:
+        return True, ""
+    backend = make_web_backend(spec)
+    t0 = time.monotonic()
+    try:
+        hits = backend.search(PROBE_QUERY, 1)
+    except RetrievalError as e:
+        return False, (f"web search unreachable from {os.uname().nodename}: the probe query {PROBE_QUERY!r} to "
+                       f"{backend.endpoint} failed ({e})")
+    return True, (f"web search reachable: the probe query {PROBE_QUERY!r} to {backend.endpoint} answered "
+                  f"{len(hits)} result(s) in {time.monotonic() - t0:.1f} s")
 
 
 def make_web_backend(spec: dict[str, Any]) -> SerpApiBackend:

@@ -48,6 +48,7 @@ from typing import Any
 from rtpo.methods.cards import CARDS, TURN_ROW_METHODS, card, needs_keep_weights  # noqa: F401  (re-exported)
 from rtpo.verl_ext import CPU_MODULES, KEEP_WEIGHTS_ROLLOUT, PLUGIN_MODULES, VERL_VERSION
 from rtpo.tracking import backends as tracking_backends
+from rtpo.tracking import tracker_overrides
 
 STOPPED_FILE = "stopped_for_retry.json"  # rtpo.verl_ext.trainer.STOPPED_FILE (that module imports verl)
 
@@ -194,9 +195,11 @@ def lengths(cfg: dict[str, Any], method: str, env: dict[str, Any], psi: str | No
 
 def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: str | Path, model_dir: str | Path,
                    train_files: str | Path, val_files: str | Path, cpu: bool,
-                   external_ray: bool | None = None) -> list[str]:
+                   external_ray: bool | None = None, run: dict[str, Any] | None = None) -> list[str]:
     """The Hydra overrides of one (method, task, seed) run. Pure: no files are touched.
-    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`)."""
+    external_ray (CPU harness): main_ppo joins a running Ray cluster (`cpu_overrides`).
+    run: the run's run.json record, which names the run and is its trackers' config (rtpo.tracking;
+    default: the main run of this method, task and seed)."""
     from rtpo.config import method_settings
 
     s = method_settings(cfg, method, task)
@@ -254,7 +257,8 @@ def verl_overrides(cfg: dict[str, Any], method: str, task: str, seed: int, out: 
         f"trainer.default_local_dir={out / 'checkpoint'}",
         # logging.backends (rtpo.tracking): TensorBoard events land in the run directory (the trainer sets TENSORBOARD_DIR)
         f"trainer.logger={hydra_value(tracking_backends(cfg), 'logging.backends')}",
-        "trainer.project_name=rtpo", f"trainer.experiment_name={task}-{method}-seed{seed}",
+        *tracker_overrides(run or {"key": {"scope": "main", "variant": "", "task": task, "method": method,
+                                           "seed": seed}}),
         "trainer.use_v1=True", f"trainer.v1.trainer_mode={mode}",
         f"+rtpo.method={method}", f"+rtpo.task={task}", f"+rtpo.seed={seed}", f"+rtpo.psi={psi}",
         f"+rtpo.max_new_tokens={int(env['max_new_tokens'])}", f"+rtpo.metrics_path={out / 'metrics.jsonl'}",
@@ -357,8 +361,8 @@ def cpu_overrides(external_ray: bool | None = None, rollout: str = "hf") -> list
 
 def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | None = None) -> dict[str, str]:
     """Environment of the main_ppo process (Ray workers inherit it on a local cluster). `logger`: verl's
-    trainer.logger list; a user who names wandb decides WANDB_MODE (online, offline), otherwise wandb is
-    kept off."""
+    trainer.logger list; a user who names wandb decides WANDB_MODE (online; offline by default, set in the
+    trainer's process: rtpo.tracking.tracker_environ), otherwise wandb is kept off."""
     env = dict(os.environ if base is None else base)
     root = str(HERE.parent.parent)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -405,26 +409,47 @@ def prepare_data(cfg: dict[str, Any], task: str, train_file: str | Path, out: Pa
 
 
 STOP_FILE = "stop_requested"  # in the run directory: a signal reached `rtpo train` (rtpo.signals)
+LAUNCHED_AT = time.time()  # ~ when `rtpo train` started: the trainer measures its start-up from here
+STOP_AFTER_ENV = "RTPO_STOP_AFTER_STEP"  # the pilot (rtpo.verl_ext.pilot): stop, saved, after this step
 
 
-def stop_overrides(stop_file: Path, env: dict[str, str] | None = None) -> list[str]:
+def stop_overrides(stop_file: Path, env: dict[str, str] | None = None, launch_t0: float | None = None,
+                   log: Any = None) -> list[str]:
     """The trainer's stop settings: the stop file it polls at each step boundary, the job's deadline
-    (rtpo.signals.job_deadline: RTPO_JOB_DEADLINE, SLURM_JOB_END_TIME or squeue; none outside a job)
-    and the margin kept before it."""
-    from rtpo.signals import job_deadline, stop_margin
+    (rtpo.signals.job_deadline_source: RTPO_JOB_DEADLINE, SLURM_JOB_END_TIME, squeue, the rule's runtime;
+    none outside a job), the margin kept before it, the step after which the pilot stops
+    (RTPO_STOP_AFTER_STEP) and when `rtpo train` started (the trainer measures its start-up from it).
+    Where the deadline came from, or that a Slurm job has none, is printed to `log` (default stderr)."""
+    from rtpo.signals import deadline_message, stop_margin
 
+    env = os.environ if env is None else env
     o = [f"+rtpo.stop_file={hydra_value(str(stop_file))}", f"+rtpo.stop_margin_s={stop_margin(env)}"]
-    deadline = job_deadline(env)
+    deadline, line = deadline_message(env)
+    print(line, file=log or sys.stderr, flush=True)
     if deadline is not None:
         o.append(f"+rtpo.deadline={float(deadline)}")
+    after = env.get(STOP_AFTER_ENV)
+    if after:
+        if not after.isdigit() or int(after) < 1:
+            raise ValueError(f"{STOP_AFTER_ENV}={after!r}: expected a step number >= 1")
+        o.append(f"+rtpo.stop_after_step={int(after)}")
+    if launch_t0 is not None:
+        o.append(f"+rtpo.launch_t0={float(launch_t0)}")
     return o
 
 
 def run_until_stopped(cmd: list[str], env: dict[str, str], log: Any, cwd: Path, stop_file: Path) -> int:
     """Run verl's main_ppo; SIGTERM, SIGUSR1 or a first Ctrl-C to this process write `stop_file`, which
     the trainer (in a Ray actor, out of reach of our signals) reads at its next step boundary: it saves
-    that step and returns, and main_ppo exits 0 with trainer's STOPPED_FILE written."""
-    from rtpo.signals import StopOnSigterm
+    that step and returns, and main_ppo exits 0 with trainer's STOPPED_FILE written. In a Slurm job,
+    SLURM_CONF goes back into the child's environment when the jobstep plugin dropped it
+    (rtpo.signals.slurm_conf): slurm_ray.sh's srun and scontrol need it on sites without /etc/slurm."""
+    from rtpo.signals import StopOnSigterm, slurm_conf
+
+    if env.get("SLURM_JOB_ID") and not env.get("SLURM_CONF"):
+        conf = slurm_conf(env)
+        if conf:
+            env = {**env, "SLURM_CONF": conf}
 
     def request(signum: int) -> None:
         import signal
@@ -552,21 +577,75 @@ def _dtype_merger() -> type:
     return DtypeMerger
 
 
-def prune_checkpoints(out: Path, keep: int) -> list[Path]:
+LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's tracker of the checkpoint to resume from
+
+
+def actor_complete(actor: Path) -> str | None:
+    """None when `actor` (a checkpoint's actor/) holds a whole FSDP save, else what is missing. verl's
+    FSDP checkpoint manager writes every rank's shards, then (rank 0) fsdp_config.json with the world
+    size, then waits for all ranks (utils/checkpoint/fsdp_checkpoint_manager.py save_checkpoint): a save is
+    whole when fsdp_config.json parses and each kind of shard written (model, optim, extra) is there for
+    every rank."""
+    cfg = actor / "fsdp_config.json"
+    try:
+        world = int(json.loads(cfg.read_text())["world_size"])
+    except FileNotFoundError:
+        return f"{actor} has no fsdp_config.json" if actor.is_dir() else f"{actor} is gone"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{cfg}: unreadable ({type(e).__name__}: {e})"
+    for kind in ("model", "optim", "extra"):
+        have = [r for r in range(world) if (actor / f"{kind}_world_size_{world}_rank_{r}.pt").exists()]
+        if kind == "model" and not have:
+            return f"{actor} has no model shards"
+        if have and len(have) < world:
+            missing = sorted(set(range(world)) - set(have))
+            return f"{actor}: {kind} shards of ranks {missing} of {world} are missing"
+    return None
+
+
+def prune_checkpoints(out: Path, keep: int, log: Any = None) -> list[Path]:
     """Delete verl's checkpoints of <out>/checkpoint beyond the newest `keep` complete ones: those
     left by an earlier attempt of a resumed run (verl's rotation, max_actor_ckpt_to_keep, knows only
     the checkpoints its own process wrote, and deletes only their actor/), and a partial save newer
     than latest_checkpointed_iteration.txt (never resumed). The latest is always kept. Run only while
-    verl is not running (before and after main_ppo). Returns the removed folders."""
+    verl is not running (before and after main_ppo). Returns the removed folders.
+
+    One window is repaired, not pruned: with keep 1 verl deletes the previous step's actor/ once the new
+    actor/ is whole (checkpoint_manager.py register_checkpoint), then writes data.pt, and only then the
+    tracker (trainer_base.py _save_checkpoint). A job killed in between leaves the tracker naming a step
+    whose actor/ is gone, next to a newer step whose actor/ is whole: that newer step becomes the latest
+    (the tracker rewritten atomically; a missing data.pt is said, as verl then restarts its dataloader).
+    The same holds for a tracker cut short by a kill while verl wrote it in place. A tracker naming an
+    incomplete step with no whole step to turn to is an error naming both."""
+    from rtpo.atomic import atomic_write_text
+
     ck = out / "checkpoint"
-    it = ck / "latest_checkpointed_iteration.txt"
+    it = ck / LATEST_FILE
     if not it.exists():
         return []
-    latest = int(it.read_text().strip())
     steps = sorted((int(m.group(1)), d) for d in ck.iterdir()
                    if d.is_dir() and (m := re.fullmatch(r"global_step_(\d+)", d.name)))
-    complete = [d for s, d in steps if s <= latest]
-    gone = [d for s, d in steps if s > latest] + complete[:max(len(complete) - max(int(keep), 1), 0)]
+    text = it.read_text().strip()
+    latest = int(text) if text.isdigit() else None
+    whole = {s: actor_complete(d / "actor") is None for s, d in steps}
+    if latest is None or not whole.get(latest, False):
+        why = (f"{it} reads {text!r}" if latest is None else
+               f"{it} names step {latest}, but {actor_complete(ck / f'global_step_{latest}' / 'actor')}")
+        good = [s for s, _ in steps if whole[s]]
+        if not good:
+            raise ValueError(f"cannot resume {out}: {why}, and no other step under {ck} holds a whole actor/ "
+                             f"checkpoint; delete {ck} to train this run from scratch")
+        new = max(good)
+        atomic_write_text(it, f"{new}")
+        note = "" if (ck / f"global_step_{new}" / "data.pt").exists() else (
+            f"; its data.pt is missing (killed before verl wrote it), so verl restarts the dataloader at "
+            f"step {new}: the prompts of its first steps come again")
+        print(f"rtpo: checkpoint repaired: {why}; step {new} is whole and is now the latest{note}",
+              file=log or sys.stderr, flush=True)
+        latest = new
+    older = [d for s, d in steps if s < latest and whole[s]]  # whole steps before the latest, oldest first
+    gone = ([d for s, d in steps if s > latest or (s < latest and not whole[s])]
+            + older[:max(len(older) - (max(int(keep), 1) - 1), 0)])
     for d in gone:
         shutil.rmtree(d, ignore_errors=True)
     return gone
@@ -623,8 +702,10 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
         check_nvidia_driver()
     train_pq, val_pq = prepare_data(cfg, args.task, args.train_file, out)
     in_slurm = bool(os.environ.get("SLURM_JOB_ID"))
+    from rtpo.run_record import read_record
+
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
-                        external_ray=in_slurm or None)
+                        external_ray=in_slurm or None, run=read_record(out))
     cmd = command(ov)
     env = verl_env(cpu, logger=tracking_backends(cfg))
     if in_slurm:
@@ -640,7 +721,7 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     stop_file, stopped = out / STOP_FILE, out / "checkpoint" / STOPPED_FILE
     stop_file.unlink(missing_ok=True)
     stopped.unlink(missing_ok=True)
-    cmd += stop_overrides(stop_file)
+    cmd += stop_overrides(stop_file, launch_t0=LAUNCHED_AT)
     t0 = time.perf_counter()
     log = out / "verl.log"
     with open(log, "a") as f:

@@ -52,14 +52,17 @@ Rules of a training cell (`check_cell`), n = trainer.n_gpus_per_node x trainer.n
                actor's resident state fits (`vllm_awake`)
 Evaluation (`check_eval`): max_model_len <= the model's positions, attention heads % TP == 0, weights
 and one max_model_len sequence of KV cache fit eval_gpu_memory_utilization of a GPU.
-Slurm profile (`check_profile`): per rule, gpu >= what the job needs (train: n_gpus_per_node x nnodes;
+Slurm profile and sizing (rtpo.verl_ext.sizing, `check_profile`): per rule, the GPUs requested (a job
+total, or per node: gres / --gpus-per-node) >= what the job needs (train: n_gpus_per_node x nnodes;
 evaluate: TP x eval_replicas), nodes == verl.nnodes, mem_mb >= the host-RAM estimate (`host_memory`:
-vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime.
-Estimates, printed, never failing: per cell the shared-filesystem disk of a run
-(`checkpoint_disk`: one checkpoint of the actor's save_contents x train.checkpoint_keep + final/) and
-the config's total over its runs; the step time (`run_time`: generated tokens per step at the caps /
-verl.step_tokens_per_gpu_s x GPUs) and run time, which warn when a rule's longest run exceeds the
-profile's runtime (and when a job cannot reach its first checkpoint within it).
+vLLM sleep level 1 of the `vllm_keep` rollout included), cpus_per_task >= the processes, runtime; every
+job sized -- steps per job, jobs per run against 1 + retries, evaluation shards -- from the pilot's
+measurements (results/pilot/pilot.json), else E.3's anchor, else stated constants, each figure with its
+source, and the DAG's GPU-hours and critical path in one line. Estimates, printed, never failing: per cell
+the shared-filesystem disk of a run (`checkpoint_disk`: one checkpoint of the actor's save_contents x
+train.checkpoint_keep + final/) and the config's total over its runs; the step time at the caps
+(`run_time`: generated tokens per step at the caps / verl.step_tokens_per_gpu_s x GPUs), which warns when
+a rule's longest run exceeds the profile's runtime; what the config downloads unpinned (rtpo.data.pins).
 """
 
 from __future__ import annotations
@@ -79,7 +82,9 @@ from rtpo.verl_ext.budget import (  # noqa: F401  (the estimates, re-exported: s
     GpuMemory, MemoryModel, ModelShape, RunTime, checkpoint_disk, entropy_grad_kind, entropy_patch_active, gpu_memory,
     host_memory, rollout_tokens, run_time, vllm_awake)
 from rtpo.verl_ext.gpu_env import EnvSpec, env_spec
-from rtpo.signals import DEFAULT_STOP_MARGIN_S
+from rtpo.verl_ext.sizing import (  # noqa: F401  (the profile's checks and the sizing, re-exported: startup.load_profile, ...)
+    PROFILE_SETTINGS, TRAIN_MIN_RUNTIME, Finding, check_profile, disk_and_time_lines, job_progress, load_profile,
+    read_pilot, size_cells, sizing_lines)
 
 # --------------------------------------------------------------------------------------------------
 # verl 0.9.1's defaults for the keys the launcher may leave alone (trainer/config/_generated_ppo_trainer.yaml)
@@ -211,19 +216,6 @@ class Overrides(dict):
 # Cells and findings
 # --------------------------------------------------------------------------------------------------
 @dataclass
-class Finding:
-    """One failed rule: the cell, the config key to change, the rule and the message."""
-
-    cell: str
-    key: str
-    rule: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.cell}: {self.key}: {self.message} [{self.rule}]"
-
-
-@dataclass
 class CellReport:
     cell: str
     method: str
@@ -234,6 +226,7 @@ class CellReport:
     disk: Disk | None = None
     time: RunTime | None = None
     runs: int = 1  # runs of this setting (seeds)
+    sizing: dict[str, Any] | None = None  # step, start-up, checkpoint write / read: sizing.Fig (sizing.size_cells)
 
     @property
     def ok(self) -> bool:
@@ -250,6 +243,12 @@ class Report:
     warnings: list[Finding] = field(default_factory=list)  # printed, never failing (the runtime estimate)
     note: str = ""
     untrained_final: float = 0.0  # bytes of the untrained runs' final/ (vanilla: a copy of the base model)
+    pilot: dict | None = None     # results/pilot/pilot.json when it was measured under this config
+    pilot_note: str = ""          # what was read (or why nothing was)
+    eval_rows: list[dict[str, Any]] = field(default_factory=list)  # sizing of each evaluation rule and task
+    eval_gpus: int = 1
+    gpu: bool = True              # False: verl.device cpu (the CPU harness: only the sizing applies)
+    pins: str = ""                # what the config downloads from the hub unpinned (rtpo.data.pins)
 
     @property
     def ok(self) -> bool:
@@ -523,187 +522,16 @@ def check_eval(cfg: Mapping[str, Any], shape: ModelShape) -> CellReport:
 
 
 # --------------------------------------------------------------------------------------------------
-# The Slurm profile
-# --------------------------------------------------------------------------------------------------
-TRAIN_MIN_RUNTIME = 15 * 60  # minutes: E.3's longest training job (mathematics, ~15 h on 8 A100s)
-
-
-PROFILE_SETTINGS = "<profile>"  # load_profile's entry of the profile's own settings (not a rule)
-
-
-def load_profile(*paths: Path) -> dict[str, dict[str, Any]]:
-    """rule -> resources of Snakemake profiles (directories holding profile.yaml or config.yaml, or the
-    files themselves), merged as Snakemake merges a --profile and the --workflow-profile given after it:
-    per top-level key, the later profile's section replacing the earlier one's; set-resources over
-    default-resources. PROFILE_SETTINGS -> {"retries": the profiles' retries}."""
-    prof: dict[str, Any] = {}
-    for path in paths:
-        p = Path(path)
-        if p.is_dir():
-            p = next((p / n for n in ("profile.yaml", "config.yaml") if (p / n).exists()), p / "profile.yaml")
-        prof.update(yaml.safe_load(p.read_text()) or {})
-    defaults = dict(prof.get("default-resources") or {})
-    out = {"*": defaults, PROFILE_SETTINGS: {"retries": _int(prof.get("retries"), 0)}}
-    for rule, res in (prof.get("set-resources") or {}).items():
-        out[rule] = {**defaults, **(res or {})}
-    return out
-
-
-def _int(x: Any, default: int = 0) -> int:
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return default
-
-
-def job_progress(c: CellReport, runtime: int, retries: int | None, caps: bool = False) -> list[str]:
-    """Why one training cell's jobs cannot make progress within its rule's Slurm runtime (minutes);
-    [] when they can.
-
-    A job makes progress only if it writes a checkpoint before its limit: it stops at a step boundary
-    when one more step and its checkpoint would not end in time (rtpo.signals: the deadline from
-    squeue, less RTPO_STOP_MARGIN_S), and it saves every train.checkpoint_every steps, which is what
-    is left when the job cannot learn its deadline. The step is E.3's, scaled (`RunTime.anchor_step_s`);
-    caps=True takes the step at the caps instead (every turn at max_new_tokens at the stated
-    throughput: an upper bound). Reasons: a job cannot fit start-up, reading the checkpoint, one step
-    and writing a checkpoint; periodic saves do not fit a job; the run needs more jobs than 1 + the
-    profile's retries."""
-    t = c.time
-    margin, ck = DEFAULT_STOP_MARGIN_S / 60, t.checkpoint_s / 60
-    fixed = STARTUP_MIN + 2 * ck + margin  # start-up, the resume's read, the last write, the stop margin
-    if caps:
-        step, what = t.step_s / 60, (f"step at the caps {t.step_s / 60:.1f} min ({t.step_tokens / 1e6:.2f}M tokens / "
-                                     f"{t.rate:g} tok/s per GPU x {t.gpus} GPUs, stated)")
-    else:
-        step, what = t.anchor_step_s / 60, f"step {t.anchor_step_s / 60:.1f} min ({t.anchor})"
-    if fixed + step > runtime:
-        return [f"{c.cell} cannot make progress: {STARTUP_MIN:g} min start-up + {ck:.1f} min checkpoint read + {what} + "
-                f"{ck:.1f} min checkpoint write ({c.disk.checkpoint / GB:.1f} GB at "
-                f"{c.disk.checkpoint / GB / max(t.checkpoint_s, 1e-9):g} GB/s) + {margin:g} min stop margin "
-                f"= {fixed + step:.0f} min > runtime {runtime} min; raise the rule's runtime in the profile, or shrink "
-                "the step (train.prompts_per_step)"]
-    per_job = int((runtime - fixed) // step)
-    out = []
-    if min(t.checkpoint_every, t.steps) > per_job:
-        out.append(f"{c.cell}: train.checkpoint_every {t.checkpoint_every} > the {per_job} steps of {step:.1f} min that "
-                   f"fit one job ({runtime} min less {fixed:.0f} min of start-up, checkpoint read and write and stop "
-                   f"margin): a job that cannot learn its deadline (no squeue) never saves; set "
-                   f"train.checkpoint_every <= {per_job}")
-    jobs = math.ceil(t.steps / per_job)
-    if retries is not None and jobs > 1 + retries:
-        out.append(f"{c.cell}: {t.steps} steps at {per_job} per job ({what}) need {jobs} jobs > 1 + retries "
-                   f"({retries}); raise the profile's `retries` to {jobs - 1} (each retry resumes), or rerun "
-                   "`snakemake --profile slurm` until it is done")
-    return out
-
-
-def check_profile(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]], cells: list[CellReport],
-                  shape: ModelShape, where: str = "workflow/profiles/default/profile.yaml"
-                  ) -> tuple[list[dict], list[Finding], list[Finding]]:
-    """The Slurm profile's resources of every GPU rule against what its jobs run (module doc):
-    (rows, findings, warnings). The warnings compare each training rule's runtime with the longest
-    run-time estimate of its cells (`RunTime`: an upper bound on the tokens at a stated throughput,
-    so it warns and never fails)."""
-    from rtpo.verl_ext.eval_servers import server_layout
-
-    v = dict(cfg.get("verl") or {})
-    gpn, nnodes = int(v.get("n_gpus_per_node", 8)), int(v.get("nnodes", 1))
-    tp, replicas = server_layout(dict(cfg), cpu=False)
-    agent_workers = int(v.get("agent_workers", 8))
-    search = (cfg.get("data") or {}).get("search") or {}
-    retriever_workers = int((search.get("retriever") or {}).get("workers", 0)) \
-        if (search.get("retriever") or {}).get("url") == "auto" else 0
-    defaults = resources.get("*", {})
-    # None: unknown (the DAG's check while Snakemake parses): the jobs a run needs are not counted
-    retries = _int(resources[PROFILE_SETTINGS].get("retries"), 0) if PROFILE_SETTINGS in resources else None
-    rows, findings, warnings = [], [], []
-
-    def get(rule: str) -> dict[str, Any]:
-        return {**defaults, **(resources.get(rule) or {})}
-
-    by_rule: dict[str, list[CellReport]] = {}
-    for c in cells:
-        rule = "ablation_train" if ":" in c.cell else f"train_{c.method}"
-        by_rule.setdefault(rule, []).append(c)
-    for rule, cs in sorted(by_rule.items()):
-        r = get(rule)
-        keep = any(c.values.get("keep") for c in cs)
-        ref = any(c.values.get("ref") for c in cs)
-        host = host_memory(shape, gpn, gpn * nnodes, tp, keep, ref)
-        need_mb = math.ceil(host["total"] * GIB / MIB)
-        searches = any(c.task == "search" for c in cs)
-        cpus = gpn + max(gpn // max(tp, 1), 1) + agent_workers + 2 + (retriever_workers if searches else 0)
-        gpu, nodes = _int(r.get("gpu") or r.get("gpus")), _int(r.get("nodes"), 1)
-        timed = [c for c in cs if c.time is not None]
-        slow = max(timed, key=lambda c: c.time.run_min, default=None)
-        row = {"rule": rule, "gpu": gpu, "need gpu": gpn * nnodes, "nodes": nodes, "need nodes": nnodes,
-               "mem_mb": _int(r.get("mem_mb")), "need mem_mb": need_mb, "cpus": _int(r.get("cpus_per_task")),
-               "need cpus": cpus, "runtime": _int(r.get("runtime")), "need runtime": TRAIN_MIN_RUNTIME,
-               "est. runtime": math.ceil(slow.time.run_min) if slow else None,
-               "host GiB": {k: round(x, 1) for k, x in host.items()}}
-        rows.append(row)
-        key = f"{where}: set-resources.{rule}"
-        if gpu < gpn * nnodes:
-            findings.append(Finding(rule, f"{key}.gpu", "gpu",
-                                    f"gpu {gpu} < verl.n_gpus_per_node x verl.nnodes = {gpn} x {nnodes} (the plugin's "
-                                    "--gpus is the job's total)"))
-        if nodes != nnodes:
-            findings.append(Finding(rule, f"{key}.nodes", "nodes", f"nodes {nodes} != verl.nnodes {nnodes}"))
-        if nodes > 1 and "mpi" not in r:
-            findings.append(Finding(rule, f"{key}.mpi", "nodes",
-                                    f"nodes {nodes} without mpi: the Slurm jobstep plugin then runs the job in `srun -n1 "
-                                    f"--nodes={nodes}`, which srun cannot place (keep mpi: 0, "
-                                    "workflow/profiles/default/profile.yaml)"))
-        if row["mem_mb"] < need_mb:
-            findings.append(Finding(rule, f"{key}.mem_mb", "host memory",
-                                    f"mem_mb {row['mem_mb']} < the host-RAM estimate {need_mb} MB per node "
-                                    f"({', '.join(f'{k} {x:.0f} GiB' for k, x in host.items() if k != 'total')})"))
-        if row["cpus"] < cpus:
-            findings.append(Finding(rule, f"{key}.cpus_per_task", "cpus",
-                                    f"cpus_per_task {row['cpus']} < {cpus}: a worker per GPU, a server per replica, "
-                                    f"{agent_workers} agent workers, driver and TaskRunner"
-                                    + (f", {retriever_workers} retrieval workers" if searches else "")))
-        if row["runtime"] < TRAIN_MIN_RUNTIME:
-            findings.append(Finding(rule, f"{key}.runtime", "runtime",
-                                    f"runtime {row['runtime']} min < {TRAIN_MIN_RUNTIME} (E.3: ~15 h for mathematics)"))
-        for c in timed:  # can every job of this rule make progress? (rtpo.signals: stop before the limit)
-            findings += [Finding(rule, f"{key}.runtime", "progress", m) for m in job_progress(c, row["runtime"], retries)]
-        if slow is not None and slow.time.run_min > row["runtime"]:  # the upper bound: one line per rule
-            why = job_progress(slow, row["runtime"], retries, caps=True)
-            if why:
-                warnings.append(Finding(rule, f"{key}.runtime", "at the caps, an upper bound", "; ".join(why)))
-    from rtpo.experiment import STUDIES
-
-    eval_rules = ["evaluate_run"] + (["ablation_evaluate"] if any(s in cfg.get("ablations", {}) for s in STUDIES) else [])
-    for rule in eval_rules:
-        r = get(rule)
-        gpu = _int(r.get("gpu") or r.get("gpus"))
-        need_mb = math.ceil((tp * replicas * MEMORY.worker_rss_gib + replicas * MEMORY.server_rss_gib
-                             + MEMORY.driver_gib) * GIB / MIB)
-        cpus = tp * replicas + replicas + 2 + retriever_workers
-        row = {"rule": rule, "gpu": gpu, "need gpu": tp * replicas, "nodes": _int(r.get("nodes"), 1), "need nodes": 1,
-               "mem_mb": _int(r.get("mem_mb")), "need mem_mb": need_mb, "cpus": _int(r.get("cpus_per_task")),
-               "need cpus": cpus, "runtime": _int(r.get("runtime")), "need runtime": None}
-        rows.append(row)
-        key = f"{where}: set-resources.{rule}"
-        if gpu < tp * replicas:
-            findings.append(Finding(rule, f"{key}.gpu", "gpu",
-                                    f"gpu {gpu} < verl.tensor_parallel_size x verl.eval_replicas = {tp} x {replicas}"))
-        if row["mem_mb"] < need_mb:
-            findings.append(Finding(rule, f"{key}.mem_mb", "host memory", f"mem_mb {row['mem_mb']} < {need_mb}"))
-        if row["cpus"] < cpus:
-            findings.append(Finding(rule, f"{key}.cpus_per_task", "cpus", f"cpus_per_task {row['cpus']} < {cpus}"))
-    return rows, findings, warnings
-
-
-# --------------------------------------------------------------------------------------------------
 # The whole check
 # --------------------------------------------------------------------------------------------------
 def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, Any]] | None = None,
                  root: Path | None = None, spec: EnvSpec | None = None,
-                 profile_name: str = "workflow/profiles/default/profile.yaml") -> Report:
+                 profile_name: str = "workflow/profiles/default/profile.yaml", pilot: str | Path | None = None) -> Report:
     """Every training cell, the evaluation servers and (given `resources`: rule -> resources) the
-    Slurm profile of a validated config. `root`: the repository (environment spec, model paths)."""
+    Slurm profile of a validated config, each job sized from the pilot file when it was measured under this
+    config (rtpo.verl_ext.sizing; `pilot`: its path, default results/pilot/pilot.json or $RTPO_PILOT).
+    `root`: the repository (environment spec, model paths). verl.device cpu (the CPU harness): the GPU checks
+    do not apply, only the sizing, from the pilot alone."""
     from rtpo.config import ROOT
 
     root = Path(root or ROOT)
@@ -712,20 +540,47 @@ def check_config(cfg: Mapping[str, Any], resources: Mapping[str, Mapping[str, An
     if engine != "verl":
         rep.note = f"engine: {engine}: no verl run, nothing to check"
         return rep
-    if str((cfg.get("verl") or {}).get("device", "cuda")) == "cpu":
+    rep.pilot, rep.pilot_note = read_pilot(cfg, pilot)
+    from rtpo.data.pins import describe, unpinned
+
+    rep.pins = describe(unpinned(cfg))  # hub downloads without a revision / sha256 (rtpo.data.pins)
+    rep.gpu = str((cfg.get("verl") or {}).get("device", "cuda")) != "cpu"
+    runs = training_runs(cfg)
+    if not rep.gpu:
         rep.note = "verl.device: cpu: the CPU harness runs it; the GPU start-up checks do not apply"
+        rep.cells = [cpu_cell(cfg, label, m, t, sets, runs.get(label, 1)) for label, m, t, sets in training_cells(cfg)]
+        rep.pilot_note += "".join(f"; {n}" for n in size_cells(rep.cells, rep.pilot, cfg, gpu=False))
+        if rep.pilot is not None and resources is not None:
+            rep.resources, rep.findings, rep.warnings, rep.eval_rows = check_profile(
+                cfg, resources, rep.cells, None, profile_name, rep.pilot, gpu=False)
         return rep
     shape = model_shape(cfg, root)
     spec = spec or env_spec(root)
-    runs = training_runs(cfg)
     for label, method, task, sets in training_cells(cfg):
         rep.cells.append(check_cell(cfg, label, method, task, sets, shape, spec, root))
         rep.cells[-1].runs = runs.get(label, 1)
     rep.untrained_final = untrained_runs(cfg) * shape.params * shape.weight_bytes
     rep.evals.append(check_eval(cfg, shape))
+    rep.eval_gpus = int(rep.evals[0].values.get("GPUs", 1))
+    notes = size_cells([c for c in rep.cells if c.time is not None], rep.pilot, cfg, gpu=True)
+    rep.pilot_note += "".join(f"; {n}" for n in notes)
     if resources is not None:
-        rep.resources, rep.findings, rep.warnings = check_profile(cfg, resources, rep.cells, shape, profile_name)
+        rep.resources, rep.findings, rep.warnings, rep.eval_rows = check_profile(
+            cfg, resources, [c for c in rep.cells if c.sizing], shape, profile_name, rep.pilot)
     return rep
+
+
+def cpu_cell(cfg: Mapping[str, Any], label: str, method: str, task: str, sets: tuple, runs: int) -> CellReport:
+    """A training cell of the CPU harness for the sizing alone: its steps, checkpoints and generated tokens at
+    the caps (to scale a piloted cell's step to it), on the harness's one logical GPU."""
+    from rtpo.config import method_settings
+
+    s = method_settings(_with_sets(cfg, sets), method, task)
+    K, T = int(s["env"].get("max_turns", 3)), int(s["env"]["max_new_tokens"])
+    per_prompt, how = rollout_tokens(method, s["method"], s["env"], K * T, 0)
+    t = RunTime(int(s["train"]["prompts_per_step"]) * per_prompt, how, 0.0, 1, int(s["train"]["steps"]),
+                int(s["train"].get("checkpoint_every", 1)))
+    return CellReport(label, method, task, {}, None, time=t, runs=runs)
 
 
 COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "sp", "TP", "GPUs", "attention", "fp32 logits GiB",
@@ -733,9 +588,14 @@ COLUMNS = ["cell", "context bound", "P", "R", "P+R", "tokens/GPU", "max pos", "s
 
 
 def format_report(rep: Report) -> str:
-    """The per-cell table (Markdown), the evaluation and profile rows, then every finding."""
-    if rep.note:
+    """The per-cell table (Markdown), the evaluation and profile rows, the sizing of every job (sizing.py: each
+    figure's source, the DAG's GPU-hours and critical path), then every finding."""
+    if rep.note and not rep.cells:
         return rep.note
+    if rep.note:  # the CPU harness: the sizing from the pilot alone
+        fs = rep.all_findings()
+        return "\n".join([rep.note] + (sizing_lines(rep) if rep.pilot else ["", f"sizing: {rep.pilot_note}"])
+                          + [f"  {f}" for f in fs] + [f"  WARN {w}" for w in rep.warnings])
     fs = rep.all_findings()
     lines = [verdict(rep), ""]
     lines += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -756,6 +616,8 @@ def format_report(rep: Report) -> str:
         for r in rep.resources:
             lines.append("| " + " | ".join("-" if r.get(k) is None else str(r.get(k)) for k in cols) + " |")
     lines += disk_and_time_lines(rep)
+    lines += sizing_lines(rep)
+    lines += [f"NOTE {rep.pins}"] if rep.pins else []
     lines += ["", f"{len(rep.cells)} training cells, {len(fs)} failed rules" + (":" if fs else ": every check passes")]
     lines += [f"  {f}" for f in fs]
     if rep.warnings:
@@ -771,45 +633,6 @@ def verdict(rep: Report) -> str:
                 + (f" ({len(rep.warnings)} warnings below)" if rep.warnings else ""))
     kinds = sorted({f.rule for f in fs})
     return f"check-config: FAIL: {len(fs)} failed rules ({', '.join(kinds)}); first: {fs[0]}"
-
-
-def disk_and_time_lines(rep: Report) -> list[str]:
-    """What the disk and run-time columns assume, and the config's total disk over its runs."""
-    cells = [c for c in rep.cells if c.disk is not None and c.time is not None]
-    if not cells:
-        return []
-
-    def one(xs: set, fmt: str) -> str:
-        return fmt.format(next(iter(xs))) if len(xs) == 1 else "per cell"
-
-    ckpt = one({round(c.disk.checkpoint / GB, 1) for c in cells}, "{:.1f} GB")
-    keep = one({c.disk.keep for c in cells}, "{}")
-    final = one({round(c.disk.final / GB, 1) for c in cells}, "{:.1f} GB")
-    rate = one({c.time.rate for c in cells}, "{:g}")
-    gpus = one({c.time.gpus for c in cells}, "{}")
-    runs = sum(c.runs for c in cells)
-    total = sum(c.runs * c.disk.run for c in cells) + rep.untrained_final
-    peak = sum(c.runs * c.disk.peak for c in cells) + rep.untrained_final
-    stated = all(c.time.rate == STEP_TOKENS_PER_GPU_S for c in cells)
-    return ["", f"disk (shared filesystem, GB = 1e9 B): ckpt GB = one checkpoint, the actor's save_contents without "
-                f"hf_model: sharded weights + AdamW's two moments, all in the actor's param dtype "
-                f"(fsdp_config.model_dtype; fp32: 12 B per parameter) = {ckpt}; GB/run = ckpt keep ({keep}: train.checkpoint_keep) x ckpt GB + final/ ({final}, written once "
-                f"after training, in the base model's dtype). All {runs} training runs (cells x seeds)"
-                + (f" and the untrained runs' final/ ({rep.untrained_final / GB:.1f} GB)" if rep.untrained_final else "")
-                + f": {total / 1e12:.2f} TB; {peak / 1e12:.2f} TB if every run were writing a checkpoint at once "
-                  "(keep 1: verl deletes the old one only once the new one is complete)",
-            f"step time: E.3 step min = {E3_SOURCE}, i.e. 11.5 min (math) and 19.2 min (knowledge; airline "
-            f"too) a step for RTPO at E.3's settings, scaled by the cell's generated tokens at the caps against that "
-            f"RTPO cell's and by 8 / its GPUs; what `progress` checks (start-up, checkpoint read and write at "
-            f"verl.checkpoint_write_gb_s = {CHECKPOINT_WRITE_GB_S:g} GB/s, stated, and one step must fit a job; "
-            f"the run must fit 1 + retries jobs)",
-            f"step time at the caps (an upper bound, warned about, not checked): tok/step M = generated tokens per step at the caps (prompts_per_step "
-            f"x the method's rollouts x every turn at max_new_tokens: an upper bound); step min = tok/step / ({rate} "
-            f"generated tok/s per GPU x {gpus} GPUs); verl.step_tokens_per_gpu_s = {rate} is "
-            + ("stated, not measured (rollout 1,000 and training 500 tok/s per A100; docs/verl.md, \"Disk and run "
-               "time\")" if stated else "the config's")
-            + f"; run h = {STARTUP_MIN:g} min start-up + train.steps x step min; est. runtime (minutes) = the rule's "
-              "longest run, against the profile's runtime"]
 
 
 def first_error(rep: Report) -> str | None:

@@ -41,11 +41,11 @@ from verl.workers.utils.padding import response_to_nested
 
 from rtpo.engine.base import SamplingParams, UpdateStats
 from rtpo.instrument import JsonlWriter, StepLog
-from rtpo.tracking import scalars
+from rtpo.tracking import scalars, tracker_environ
 from rtpo.loss import kl_rollout_train
 from rtpo.methods.cards import card, needs_keep_weights
 from rtpo.rollout import Roller
-from rtpo.signals import stop_reason
+from rtpo.signals import TIMINGS_FILE, Timings, stop_reason
 from rtpo.verl_ext import KEEP_WEIGHTS_ROLLOUT, rollout_keeps_weights
 from rtpo.verl_ext.agent_loop import make_env_factory, rtpo_settings, task_from_row
 from rtpo.verl_ext.engine import VerlEngine, update_config_from_verl, update_stats
@@ -98,13 +98,23 @@ class RTPOTrainerMixin:
         if path:  # verl's TensorBoard logger (trainer.logger) writes beside metrics.jsonl; set here, in the
             # trainer's own process: a Ray worker has the cluster's environment, not main_ppo's
             os.environ["TENSORBOARD_DIR"] = str(Path(path).parent)
+            # wandb's group, tags, directory (the run's) and offline default, which verl's Tracking cannot pass
+            os.environ.update(tracker_environ(self.rtpo.get("run"), Path(path).parent, list(config.trainer.logger)))
         self._measure: list[tuple[float, float, int]] = []
         # stopping for the retry (rtpo.signals): the launcher's stop file and the job's deadline
         self._deadline = self.rtpo.get("deadline")
         self._stop_margin = float(self.rtpo.get("stop_margin_s", 0.0))
         self._stop_file = self.rtpo.get("stop_file")
-        self._longest_step = 0.0
-        self._longest_save = 0.0
+        self._stop_after = self.rtpo.get("stop_after_step")  # the pilot (rtpo.verl_ext.pilot)
+        self._launch_t0 = self.rtpo.get("launch_t0")
+        # the longest step and save of this run so far, carried across its jobs (Timings): a retry's first
+        # stop decision then counts the save it will have to write, not 0
+        self.timings = Timings(Path(_absolute(str(config.trainer.default_local_dir))) / TIMINGS_FILE)
+        self._longest_step = self.timings.longest("step")
+        self._longest_save = self.timings.longest("save")
+        if self.timings.entries("save"):
+            print(f"rtpo: this run's earlier jobs: longest step {self._longest_step:.1f} s, longest checkpoint save "
+                  f"{self._longest_save:.1f} s ({self.timings.path}); the stop decision starts from them", flush=True)
         self._step_t0 = time.time()
 
     def _check_entropy_patch(self) -> dict[str, Any]:
@@ -142,12 +152,28 @@ class RTPOTrainerMixin:
     def on_step_begin(self):
         super().on_step_begin()
         self._step_t0 = time.time()
+        if self._launch_t0 is not None and not getattr(self, "_started", False):  # this job's start-up
+            self._started = True
+            self.timings.add("startup", int(self.global_steps), self._step_t0 - float(self._launch_t0))
 
     def _save_checkpoint(self):
         t0 = time.time()
         super()._save_checkpoint()
-        self._longest_save = max(self._longest_save, time.time() - t0)
+        took = time.time() - t0
+        self._longest_save = max(self._longest_save, took)
         self._saved_step = int(self.global_steps)
+        self.timings.add("save", self._saved_step, took)
+
+    def _note_step(self, now: float) -> None:
+        """This step's wall time, its phases (verl's timing_raw: gen, old_log_prob, update_actor,
+        save_checkpoint, ...) and the actor's perf/* metrics (memory) into `timings`: what the pilot reads.
+        Here, at the step boundary, not in verl's _compute_metrics: a stopping step never gets there."""
+        metrics = getattr(self, "_step_metrics", None) or {}
+        raw = getattr(self, "timing_raw", None) or {}
+        self.timings.add("step", int(self.global_steps), now - self._step_t0,
+                         phases={k: round(float(v), 3) for k, v in raw.items() if k != "step"},
+                         perf={k.split("/", 1)[1]: round(float(v), 3) for k, v in metrics.items()
+                               if k.startswith("perf/") and isinstance(v, (int, float))})
 
     def _stop_at_boundary(self) -> None:
         """At the end of step `global_steps` (after verl's periodic save): when the launcher asked to stop
@@ -156,15 +182,19 @@ class RTPOTrainerMixin:
         job's retry resumes from this checkpoint (trainer.resume_mode=auto)."""
         now = time.time()
         self._longest_step = max(self._longest_step, now - self._step_t0)
+        self._note_step(now)
         if int(self.global_steps) >= int(self.total_training_steps):
             return  # the last step: the run ends here anyway
         deadline = None if self._deadline is None else float(self._deadline)
         why = stop_reason(now, self._longest_step, self._longest_save, deadline, self._stop_margin, self._stop_file)
+        if why is None and self._stop_after is not None and int(self.global_steps) >= int(self._stop_after):
+            why = f"the pilot's {int(self._stop_after)} steps are done (RTPO_STOP_AFTER_STEP)"
         if why is None:
             return
         if getattr(self, "_saved_step", None) != int(self.global_steps):
             self._save_checkpoint()
         step = int(self.global_steps)
+        self.timings.memory(self._memory_per_rank())
         d = Path(str(self.config.trainer.default_local_dir))
         d.mkdir(parents=True, exist_ok=True)
         (d / STOPPED_FILE).write_text(json.dumps({"step": step, "of": int(self.total_training_steps), "why": why,
@@ -174,8 +204,22 @@ class RTPOTrainerMixin:
     def _step_dir_abs(self, step: int) -> Path:
         return _absolute(os.path.join(str(self.config.trainer.default_local_dir), f"global_step_{step}"))
 
+    def _memory_per_rank(self) -> list[dict[str, Any]]:
+        """Each actor rank's peak memory so far (rtpo.verl_ext.pilot.device_memory, run in every worker)."""
+        from rtpo.verl_ext.pilot import device_memory
+
+        try:
+            out = self.actor_rollout_wg.execute_all_sync("execute_func_rank_zero", device_memory)
+        except Exception as e:  # noqa: BLE001 - a measurement; the stop and its checkpoint matter more
+            logger.warning(f"rtpo: per-rank memory not measured: {type(e).__name__}: {e}")
+            return []
+        return [dict(m, rank=i) for i, m in enumerate(out)]
+
     def _load_checkpoint(self):
+        t0 = time.time()
         super()._load_checkpoint()
+        if self.global_steps > 0:
+            self.timings.add("load", int(self.global_steps), time.time() - t0)
         if self.jsonl is not None:
             if self.global_steps > 0:
                 self.jsonl.truncate_after(self.global_steps - 1)  # records are 0-based steps
@@ -252,6 +296,7 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
     def step(self, metrics, timing_raw):
         t0 = time.perf_counter()
         self._measure = []
+        self._step_metrics = metrics
         batch = super().step(metrics, timing_raw)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         real = [not t.get("is_padding", False) for t in batch.tags]
@@ -277,7 +322,7 @@ class RTPOChainTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec = log.record(fake, n_prompts)
         rec["syncs"] = 1
         self._write(rec)
-        # the same rtpo/* scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
+        # the same scalars the engine-sync methods send (rtpo.tracking): a live Figure 3 has GRPO too
         metrics.update(scalars(rec))
         return batch
 
@@ -411,6 +456,7 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
 
     # ------------------------------------------------------------------ one step
     def step(self, metrics, timing_raw):
+        self._step_metrics = metrics
         batch = self._next_train_batch()
         tasks = [task_from_row({"extra_info": e}) for e in column(batch, "extra_info")]
         step = int(self.global_steps) - 1  # the JSONL's 0-based step (tree_grpo / arpo seed their draws with it)
@@ -419,9 +465,9 @@ class RTPOEngineTrainer(RTPOTrainerMixin, PPOTrainerSync):
         rec["train_version"] = self.engine.train_version
         self._weight_version = self.engine.weight_version
         metrics.update(self.engine.metrics)
-        # rtpo/ratio_mean, rtpo/kl_rollout_train, rtpo/turn<k>/... (per-turn updates: RTPO's stages, SeeUPO's
-        # turns), ...: the names every method and the local engine log (rtpo.tracking)
-        metrics.update(scalars(rec))
+        # consistency/ratio_mean, consistency/kl_rollout_train, <method>/turn<k>/... (per-turn updates: RTPO's
+        # stages, SeeUPO's turns), ...: the names every method and the local engine log (rtpo.tracking)
+        metrics.update(scalars(rec, self.method_name))
         self._write(rec)
         meta = self.engine.drain()
         if not meta.keys:

@@ -47,8 +47,9 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
             key=lambda wildcards: dag.key_args(run_of(wildcards).scope, run_of(wildcards).variant),
             settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).settings),
             config=config_path,
+            deadline=rule_deadline,
         shell:
-            dag.TRAIN_SHELL
+            RULE_DEADLINE_SHELL
 
 
 for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
@@ -87,8 +88,9 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/ablations/{cell}/seed{seed}/final")["out"],
+            shard=eval_shard,
         shell:
-            "exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
+            "{params.shard}exec rtpo evaluate --config {params.config} --model {params.model} --method {params.method} "
             "--task {params.task} --seed {params.seeds} --eval-file {input.eval} {params.sets} "
             "--engine {params.engine} --out {params.out} {params.logs} > {log.job} 2>&1"
 

@@ -10,7 +10,25 @@ benchmarks at paper scale); the eval JSON reports each and the pooled `overall`
 standalone mode, vLLM on GPUs; rtpo/verl_ext/eval_servers.py), whose jobs need
 verl.tensor_parallel_size x verl.eval_replicas GPUs (workflow/profiles/default/profile.yaml);
 `--engine` is common.smk's eval_engine.
+
+An evaluation resumes (rtpo.eval_shards): it writes its trajectories in shards as they finish, and a job
+killed at its time limit is retried from the shards it wrote. On rollout servers a shard holds the
+profile's `eval_shard` trajectories (a resource of evaluate_run / ablation_evaluate, exported as
+RTPO_EVAL_SHARD; `rtpo check-config` sizes it from the pilot); a derived param, so resizing reruns nothing.
 """
+
+
+def pilot_eval_input(wildcards):
+    """vanilla's seed-0 evaluation of a piloted task resumes from the pilot's shard (rules/pilot.smk)."""
+    piloted = wildcards.method == "vanilla" and getattr(wildcards, "seed", None) == "0"
+    return [ancient(pilots.eval_file(wildcards.task))] if piloted and wildcards.task in PILOT_EVAL_TASKS else []
+
+
+def eval_shard(wildcards, resources):
+    """`export RTPO_EVAL_SHARD=N; ` from the job's `eval_shard` resource, else nothing."""
+    n = getattr(resources, "eval_shard", None)
+    return f"export RTPO_EVAL_SHARD={int(n)}; " if isinstance(n, int) and n > 0 else ""
+
 
 for _job in PIPELINE.main_seed_jobs("evaluate_run"):
 
@@ -20,6 +38,7 @@ for _job in PIPELINE.main_seed_jobs("evaluate_run"):
         input:
             model=_job.paths("results/runs/{task}/{method}/seed{seed}/final"),
             eval="results/data/{task}/eval.jsonl",
+            pilot=pilot_eval_input,
         output:
             result=_job.paths("results/eval/{task}/{method}/seed{seed}.json"),
         log:
@@ -45,7 +64,8 @@ for _job in PIPELINE.main_seed_jobs("evaluate_run"):
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/runs/{task}/{method}/seed{seed}/final")["out"],
+            shard=eval_shard,
         shell:
-            "exec rtpo evaluate --config {params.config} --model {params.model} --method {wildcards.method} "
+            "{params.shard}exec rtpo evaluate --config {params.config} --model {params.model} --method {wildcards.method} "
             "--task {wildcards.task} --seed {params.seeds} --eval-file {input.eval} --engine {params.engine} "
             "--out {params.out} {params.logs} > {log.job} 2>&1"

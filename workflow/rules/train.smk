@@ -9,7 +9,45 @@ otherwise; with `seed_counts`, each such rule's {task} constrained to the cells 
 rtpo.dag.Dag.main_seed_jobs), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
 per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --job-guard`, the checkpoint guard. `threads` is
 model.threads (1 on the CPU default: two jobs side by side).
+
+RULE_DEADLINE exports the job's end from the rule's `runtime` (RTPO_RULE_DEADLINE = the shell's start +
+runtime): the deadline a Slurm job falls back on when squeue cannot tell it (rtpo.signals); a derived
+param (it takes `resources`), so a changed runtime reruns nothing.
 """
+
+from rtpo.verl_ext import pilot as pilots
+
+
+def rule_deadline(wildcards, resources):
+    """`export RTPO_RULE_DEADLINE=...; ` for a job with a `runtime` (minutes), else nothing."""
+    runtime = getattr(resources, "runtime", None)
+    if not isinstance(runtime, (int, float)) or runtime <= 0:
+        return ""
+    return f"export RTPO_RULE_DEADLINE=$(( $(date +%s) + {int(runtime) * 60} )); "
+
+
+RULE_DEADLINE_SHELL = f"{{params.deadline}}{dag.TRAIN_SHELL}"
+
+
+# The pilot (rules/pilot.smk, rtpo.verl_ext.pilot): the seed-0 run of a piloted cell resumes from the pilot's
+# checkpoint, and vanilla's seed-0 evaluation of a piloted task from its first shard; both wait for the pilot.
+try:
+    PILOT_CELLS = set(pilots.pilot_cells(config))
+    PILOT_EVAL_TASKS = set(pilots.pilot_eval_tasks(config))
+except ConfigError as e:
+    raise WorkflowError(f"invalid config: {e} (config files: {_config_sources()})") from None
+
+
+def pilot_input(method):
+    """The input function of train_<method>'s pilot: its seed-0 job of a piloted cell waits for it."""
+
+    def piloted(wildcards):
+        seed = getattr(wildcards, "seed", None)
+        piloted = (method, wildcards.task) in PILOT_CELLS and seed == "0"
+        return [ancient(pilots.train_file(wildcards.task, method))] if piloted else []  # an order, not content
+
+    return piloted
+
 
 for _method in PIPELINE.trainable:
     for _job in PIPELINE.main_seed_jobs(f"train_{_method}", _method):
@@ -21,6 +59,7 @@ for _method in PIPELINE.trainable:
             input:
                 train="results/data/{task}/train.jsonl",
                 model="results/models/base",
+                pilot=pilot_input(_method),
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -44,5 +83,6 @@ for _method in PIPELINE.trainable:
                 key=dag.key_args("main"),
                 settings=main_train_settings(_method),
                 config=config_path,
+                deadline=rule_deadline,
             shell:
-                dag.TRAIN_SHELL
+                RULE_DEADLINE_SHELL
