@@ -82,10 +82,14 @@ def test_full_disk_while_evaluating_names_the_file_and_what_to_do(inputs, tmp_pa
     r = _rtpo_in_small_disk(64, 60, disk, argv)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert last.startswith(f"rtpo evaluate: error: {disk}/traj.jsonl: no space left on the device while writing "
-                           "it"), last
+    # the file being written when the disk filled: the trajectories, or (evaluation writes its results in
+    # shards, kept for a resume) the shard of ev.json.shards/ under way
+    named = last.removeprefix("rtpo evaluate: error: ").split(": no space left on the device while writing it")[0]
+    assert named in (f"{disk}/traj.jsonl", f"{disk}/ev.json.shards/00000.json"), last
     assert f"df -h {disk}" in last
-    assert r.stdout.split("FILES\n", 1)[1].split() == []  # no empty or half trajectories file left
+    left = r.stdout.split("FILES\n", 1)[1].split()
+    assert not [f for f in left if f.endswith(("traj.jsonl", "ev.json")) or ".tmp-" in f], left  # nothing half written
+    assert not any(f.endswith(Path(named).name) for f in left), left  # the file being written is removed
 
 
 def test_a_task_row_with_an_unpaired_surrogate_is_refused_before_the_run_directory(inputs, tmp_path, capsys):

@@ -764,13 +764,16 @@ def test_atomic_dir_replaces_whole_or_not_at_all(tmp_path):
             (t / "a").write_text("2")
             raise RuntimeError("killed half way")
     assert (final / "a").read_text() == "1" and sorted(p.name for p in tmp_path.iterdir()) == ["final"]
-    stray = tmp_path / ".final.tmp-123-deadbeef"   # what a SIGKILLed write leaves
+    # what a SIGKILLed write leaves; its pid is above Linux's pid_max limit (2**22), so no process holds it
+    # (a small pid such as 99 may be alive on the machine running the test, and its temporary is then kept)
+    dead = 2**22 + 1
+    stray = tmp_path / f".final.tmp-{dead}-deadbeef"
     stray.mkdir()
     with atomic_dir(final) as t:
         (t / "b").write_text("3")
     assert sorted(p.name for p in final.iterdir()) == ["b"] and not stray.exists()
     f = tmp_path / "summary.json"
-    (tmp_path / ".summary.json.tmp-99-0").write_text("{")
+    (tmp_path / f".summary.json.tmp-{dead}-0").write_text("{")
     atomic_write_text(f, "{}")
     with atomic_path(tmp_path / "fig.png") as t:
         assert t.suffix == ".png" and t.parent == tmp_path

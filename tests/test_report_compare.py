@@ -553,7 +553,7 @@ def test_pipeline_prints_summary_and_keeps_snakemake_status(fake_repo):
     repo, env = fake_repo
     p = _pipeline(repo, env, "tables")
     assert p.returncode == 0, p.stderr
-    assert (repo / ".fake_args").read_text().split() == ["--cores", "2", "tables"]
+    assert (repo / ".fake_args").read_text().split() == ["--cores", "2", "--workflow-profile", "none", "tables"]
     assert "rtpo pipeline summary" in p.stderr and "verdict: identical" in p.stderr
     # a differing verdict never changes the exit status; a failed Snakemake's status is kept
     (repo / "results" / "tables" / "table10_group_size.csv").unlink()

@@ -1219,6 +1219,12 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
         hf = out / "checkpoint" / "global_step_2" / "actor" / "huggingface"
         hf.mkdir(parents=True, exist_ok=True)
         (hf / "config.json").write_text("{}")
+        # a whole FSDP save, as verl's checkpoint manager leaves it (one rank), saved with hf_model (its
+        # Hugging Face weights are there, so final/ is their copy; the merge is tests/test_checkpoints.py's)
+        for kind in ("model", "optim", "extra"):
+            (hf.parent / f"{kind}_world_size_1_rank_0.pt").write_bytes(b"shard")
+        (hf.parent / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 2, "world_size": 1}))
+        (hf / "model.safetensors").write_bytes(b"weights")
         (out / "checkpoint" / "latest_checkpointed_iteration.txt").write_text("2")
         (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward_mean": 0.5, "tokens": {"trunk": 3},
                                                                "time": {"total": 1.0}, "psi": "qwen3"}) + "\n"

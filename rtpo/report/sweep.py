@@ -43,7 +43,7 @@ from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.experiment import SWEEP, UNTRAINED, Experiment, RunKey, variant_name
 from rtpo.methods.cards import card
 from rtpo.report.read import check_run, read_eval_json, read_metrics_jsonl
-from rtpo.report.paper_reference import PaperFigure
+from rtpo.report.paper_reference import PAPER, PaperFigure
 from rtpo.report.stats import (INCONCLUSIVE, KIND_EMPIRICAL, KIND_STRUCTURAL, NO_EFFECT,
                                NOT_REPRODUCED, REPRODUCED, SMALLER, effect_verdict, summarize, unscorable)
 
@@ -59,8 +59,14 @@ PAPER_SWEEP = {
     "mismatch_gap": PaperFigure("§2.1, §F.1", "the mismatch biases flat training; RTPO structurally eliminates it "
                                 "(no figure)"),
 }
-# the paper gives no figure for these effects: the smallest each row tests against, stated in the row
-MIN_GAP_PP = 2.0        # pp of pass@1: the interaction at one K, and its change from the shortest K to the longest
+# The interaction's size, mapped from the paper as the main ledger's 4.1 rows map it (ledger.paper_effect): the
+# paper's relative gain of RTPO over the flat method (§4.1, Table 1: +21.5 % over GRPO) times our flat method's
+# pass@1 under the lossy psi at that K, capped at the headroom. The paper puts RTPO's lead over a flat method on the
+# mismatch (§2.1, §F.1) and psi = full removes the mismatch, so the whole lead is what the interaction should
+# show. A flat method without a paper figure falls back to MIN_GAP_PP.
+PAPER_GAIN = {"grpo": "gain_vs_grpo", "seeupo": "gain_vs_seeupo"}   # flat method -> rtpo.report.paper_reference.PAPER
+# the paper gives no figure for the growth over K: the smallest it tests against, stated in the row
+MIN_GAP_PP = 2.0        # pp of pass@1: the interaction's change from the shortest K to the longest (and any unmapped K)
 MIN_LEARNING_PP = 1.0   # pp of pass@1: a cell's learning over the untrained base model (the ledger's minimal pp)
 BUDGET_TOLERANCE = 0.10  # a flat cell whose trajectories per prompt are beyond RTPO's ± 10 % is flagged (as table_budget)
 # a cell's learning, in words: the ledger's verdict (RULE_EFFECT, unadjusted: one cell is read alone) of
@@ -245,12 +251,49 @@ def _cells_note(table: pd.DataFrame, hops: list[int], psis: list[str], method: s
     return note
 
 
+def interaction_pooled(df: pd.DataFrame, hops: list[int], lossy: str, method: str) -> dict[int, float]:
+    """{seed: the mean over K of the per-K interactions (interaction)}, in pp, over the seeds present at every K:
+    one number per seed for "the mismatch adds to RTPO's lead" whatever the horizon (each K weighs the same)."""
+    per_k = [interaction(df, k, lossy, method) for k in hops]
+    seeds = sorted(set.intersection(*(set(d) for d in per_k))) if per_k else []
+    return {s: float(np.mean([d[s] for d in per_k])) for s in seeds}
+
+
+def _gap_figure(method: str) -> PaperFigure:
+    """The paper's words for the interaction rows and, where the paper gives RTPO's relative gain over `method`
+    (PAPER_GAIN), that figure as the row's effect (`change`)."""
+    base = PAPER_SWEEP["mismatch_gap"]
+    if method not in PAPER_GAIN:
+        return base
+    gain = PAPER[PAPER_GAIN[method]]
+    return PaperFigure(f"{base.source}; {gain.source}",
+                       f"{base.text.removesuffix(' (no figure)')}; RTPO {gain.text} over {method} ({gain.source})",
+                       change=gain.change)
+
+
+def mapped_gap(df: pd.DataFrame, hops: int, lossy: str, method: str) -> dict[str, Any]:
+    """The interaction's effect at horizon K mapped from the paper, as Claim(effect=, effect_basis=) keywords:
+    the paper's relative gain of RTPO over `method` (PAPER_GAIN) times `method`'s mean pass@1 (%) under the lossy
+    psi at K, capped at the headroom (rtpo.report.claims.claim.paper_effect, as the main ledger's 4.1 rows); without
+    a paper figure or a level, the minimal MIN_GAP_PP, said so."""
+    from rtpo.report.claims.claim import paper_effect
+
+    level = summarize(_per_seed(df, hops, lossy, method, "pass1").values()).mean * 100
+    out = paper_effect(_gap_figure(method), "pp", level, f"{method}[{lossy}] at K = {hops}")
+    if not out:
+        return {"effect": MIN_GAP_PP, "effect_basis": f"no paper figure for {method}: minimal effect {MIN_GAP_PP:g} pp"}
+    return {"effect": out["effect"], "effect_basis": out["effect_basis"] + (
+        "; the paper puts RTPO's lead on the mismatch, which psi = full removes")}
+
+
 def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | None = None) -> list:
-    """The claims the sweep tests, as ledger Claims (rtpo.report.ledger), per lossy psi p and flat method m of
-    the contrast: (1) at each K, the interaction (RTPO − m)[p] − (RTPO − m)[full] > 0; (2) its growth from the
-    shortest K to the longest > 0 (the mechanism: the lead the mismatch gives RTPO grows with the horizon);
-    (3) the manipulation check, m's KL(rollout ‖ train) under p above its KL under full (structural). Each
-    empirical row's note carries the learning of the cells it reads and the budget ratios."""
+    """The claims the sweep tests, as ledger Claims (rtpo.report.claims.claim), per lossy psi p and flat method m of
+    the contrast: (1) at each K, the interaction (RTPO − m)[p] − (RTPO − m)[full] > 0, and (2) its per-seed mean
+    over K > 0, each tested against the paper's gain mapped to m's level (mapped_gap; the pooled row against the
+    mean of the per-K effects); (3) its growth from the shortest K to the longest > 0 (the mechanism: the lead
+    the mismatch gives RTPO grows with the horizon; no paper figure: MIN_GAP_PP); (4) the manipulation check, m's
+    KL(rollout ‖ train) under p above its KL under full (structural). Each empirical row's note carries the
+    learning of the cells it reads and the budget ratios."""
     from rtpo.report.claims.claim import Claim
 
     sw = cfg["sweep"]
@@ -261,15 +304,32 @@ def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | No
     for m in flat:
         for p in lossy:
             tag = f"{m}-{variant_name(p)}"
+            ref = _gap_figure(m)
+            mapped = {k: mapped_gap(df, k, p, m) for k in hops}
             for k in hops:
                 claims.append(Claim(
-                    id=f"sweep-interaction-{tag}-h{k}", ref=PAPER_SWEEP["mismatch_gap"],
+                    id=f"sweep-interaction-{tag}-h{k}", ref=ref,
                     claim=f"at K = {k}, RTPO's lead over {m} is larger under psi = {p} than under psi = full",
                     quantity=f"(RTPO − {m}) under psi = {p} minus under psi = full, K = {k}, pass@1, paired by seed",
-                    unit="pp", values=interaction(df, k, p, m), sign=1, kind=KIND_EMPIRICAL, effect=MIN_GAP_PP,
-                    effect_basis=f"no paper figure: minimal effect {MIN_GAP_PP:g} pp",
+                    unit="pp", values=interaction(df, k, p, m), sign=1, kind=KIND_EMPIRICAL, **mapped[k],
                     evidence="results/tables/sweep_horizon.csv",
                     note=f"{seeds}; " + _cells_note(table, [k], [p, FULL], m)))
+            effects = [mapped[k]["effect"] for k in hops]
+            d = float(np.mean(effects))
+            basis = (f"the paper's {ref.change:+.3g} % relative × {m}[{p}]'s pass@1 at each K (our mean), capped "
+                     f"at the headroom, as the per-K rows ({', '.join(f'{x:.3g}' for x in effects)} pp), averaged over K = "
+                     f"{d:.3g} pp" if all(mapped[k]["effect_basis"].startswith("the paper's") for k in hops)
+                     else "the mean over K of the per-K rows' effects (" + "; ".join(
+                         f"K = {k}: {mapped[k]['effect_basis']}" for k in hops) + f") = {d:.3g} pp")
+            claims.append(Claim(
+                id=f"sweep-interaction-{tag}-pooled", ref=ref,
+                claim=f"over K = {hops}, RTPO's lead over {m} is larger under psi = {p} than under psi = full",
+                quantity=f"the per-seed mean over K = {hops} of the interactions (RTPO − {m})[{p}] − "
+                         f"(RTPO − {m})[full], pass@1, paired by seed",
+                unit="pp", values=interaction_pooled(df, hops, p, m), sign=1, kind=KIND_EMPIRICAL, effect=d,
+                effect_basis=basis,
+                evidence="results/tables/sweep_horizon.csv",
+                note=f"{seeds}; each K weighs the same; the per-K rows' notes carry the cells' learning and budgets"))
             claims.append(Claim(
                 id=f"sweep-interaction-growth-{tag}", ref=PAPER_SWEEP["horizon_gap"],
                 claim=f"the interaction (RTPO − {m})[{p}] − (RTPO − {m})[full] grows with the horizon K",
@@ -320,7 +380,7 @@ def plot_sweep(table: pd.DataFrame, claims: pd.DataFrame, path: Path) -> None:
     psis = list(dict.fromkeys(table.psi))
     # one colour per method in every panel
     colour = {m: f"C{i}" for i, m in enumerate(dict.fromkeys([UNTRAINED, REFERENCE, *table.method]))}
-    inter = claims[claims.claim_id.str.startswith("sweep-interaction-") & ~claims.claim_id.str.contains("-growth-")]
+    inter = claims[claims.claim_id.str.match(r"sweep-interaction-.*-h\d+$")]   # the per-K rows
     fig, axes = plt.subplots(3, len(psis) + 1, figsize=(4.0 * (len(psis) + 1), 9.0), squeeze=False, sharex=True)
     ks = sorted(set(int(k) for k in table.K))
     for j, psi in enumerate(psis):
@@ -445,6 +505,7 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     return paths
 
 
-__all__ = ["load_sweep", "horizon_table", "interaction", "interaction_growth", "learning", "learning_verdict",
+__all__ = ["load_sweep", "horizon_table", "interaction", "interaction_growth", "interaction_pooled", "mapped_gap",
+           "learning", "learning_verdict",
            "budget_ratio", "budget_flag", "sweep_claims", "undecided_note", "plot_sweep", "write_sweep",
-           "BUDGET_TOLERANCE", "MIN_GAP_PP", "MIN_LEARNING_PP"]
+           "BUDGET_TOLERANCE", "MIN_GAP_PP", "MIN_LEARNING_PP", "PAPER_GAIN"]
