@@ -287,6 +287,12 @@ def run_of(wildcards):
     return PIPELINE.job_run(cell_of(wildcards) if "cell" in wildcards.keys() else sweep_of(wildcards))
 
 
+def pilot_run(wildcards):
+    """The Run (rtpo.experiment) a pilot_train job (rules/pilot.smk) starts: the seed-0 main run of its {task} and
+    {method}; its inputs, settings and stamp are those of the training job that resumes it."""
+    return PIPELINE.experiment.run(experiment.RunKey(experiment.MAIN, "", wildcards.task, wildcards.method, 0))
+
+
 def copied_run(wildcards):
     """The Run (rtpo.experiment) of a copied arm's job: its {run} (arm key/seedS) or {evalrun} (/eval_seedS)."""
     if "run" in wildcards.keys():

@@ -14,12 +14,6 @@ reruns nothing; and a pilot of a run or an evaluation already complete measures 
 """
 
 
-def pilot_run(wildcards):
-    """The Run (rtpo.experiment) a pilot_train job starts: the seed-0 main run of its {task} and {method}; its
-    settings and stamp are the training job's that resumes it."""
-    return PIPELINE.experiment.run(experiment.RunKey(experiment.MAIN, "", wildcards.task, wildcards.method, 0))
-
-
 rule pilot_train:
     input:
         train=lambda wildcards: pilot_run(wildcards).inputs.train_file,
