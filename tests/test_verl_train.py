@@ -28,6 +28,7 @@ def sweep_inputs(tmp_path, monkeypatch):
     base = tmp_path / "results" / "sweep" / "models" / "base"
     base.mkdir(parents=True)
     (base / "config.json").write_text("{}")
+    (base / "tokenizer.json").write_text("{}")  # a model directory holds its tokenizer (rtpo.inputs.check_model_dir)
     return tmp_path
 
 
