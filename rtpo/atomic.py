@@ -12,8 +12,11 @@ A killed writer leaves its temporary behind: `.{name}.tmp-{pid}-*` next to the t
 write of the same target removes those whose writer is gone (its pid no longer runs) or is this
 process, so a rerun cleans up after a killed run without help and never deletes a live writer's
 temporary. One writer per target at a time: Snakemake guarantees it for job outputs, and `rtpo
-train` / `rtpo evaluate` hold `exclusive(run directory or output)`, an fcntl lock the
-kernel releases when the process dies, so a killed run never blocks its rerun.
+train` / `rtpo evaluate` hold `exclusive(run directory or output)`, a flock the kernel releases
+when the process dies, so a killed run never blocks its rerun. The lock is the directory's own (a
+run directory is locked itself; an output file through a lock file in its directory), so every path
+that reaches that directory -- a symlink, a bind mount, `..` -- meets the same lock: the kernel keys
+it by the directory's device and inode, not by a name.
 
     atomic_write_text(path, text)           summary.json, eval JSON, tables
     atomic_call(path, fig.savefig, dpi=150) a library that writes to a path itself (df.to_csv, savefig)
@@ -274,55 +277,92 @@ class Busy(ValueError):
     """Another live process holds the lock of a run directory or output (exit 2 names both)."""
 
 
-_held: dict[Path, tuple[int, int]] = {}   # lock file -> (fd, depth): re-entrant within one process
+_held: dict[tuple[int, int], tuple[int, int]] = {}   # (device, inode) locked -> (fd, depth): re-entrant in a process
 
 
 def lock_file(target: str | os.PathLike) -> Path:
-    """The lock of `target` (a run directory, an eval JSON): `.{name}.lock` beside it, so that taking
-    it creates nothing inside a run directory before the run's inputs are read."""
+    """The lock file of an output file `target` (an eval JSON): `.{name}.lock` in its directory, so that
+    every path to that directory reaches the same file. (A run directory is locked itself, with no file.)"""
     target = Path(target)
     return target.with_name(f".{target.name}.lock")
 
 
-@contextlib.contextmanager
-def exclusive(target: str | os.PathLike, what: str = "writing") -> Iterator[Path]:
-    """Hold an exclusive `flock` on `target`'s lock file for the block (re-entrant in one process).
+def lock_holder(path: str | os.PathLike) -> int | None:
+    """The pid holding a flock on `path` (a locked run directory or lock file; /proc/locks, Linux), None when
+    nobody does or it cannot be told."""
+    try:
+        st = os.stat(path)
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == inode and parts[4].isdigit():
+            return int(parts[4])
+    return None
 
-    A second process asking for it gets `Busy` at once, naming the target and the holder's pid (which
-    the holder writes into the lock file). The kernel drops the lock when the holder exits or is
-    killed, so a dead run never blocks its rerun; the lock file itself stays (removing it would let a
-    third process lock a new file while the second still holds the old one)."""
-    # the lock of the resolved path: a link to a run directory (or a path through one) takes its target's
-    # lock, so two writers reaching one directory by two names still exclude each other
-    target = Path(target).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    lf = lock_file(target)
-    if lf in _held:  # this process holds it already (train_seeds, then train of one seed)
-        fd, depth = _held[lf]
-        _held[lf] = (fd, depth + 1)
+
+@contextlib.contextmanager
+def exclusive(target: str | os.PathLike, what: str = "writing", directory: bool | None = None) -> Iterator[Path]:
+    """Hold an exclusive `flock` on `target` for the block (re-entrant in one process): on the directory
+    itself when `target` is a directory (`directory`; by default: it is one, or its name has no suffix; made
+    if absent), else on its lock file (`lock_file`). Yields what is locked.
+
+    A second process asking for it gets `Busy` at once, naming the target and the holder's pid. The kernel
+    drops the lock when the holder exits or is killed, so a dead run never blocks its rerun; a lock file
+    stays (removing it would let a third process lock a new file while the second still holds the old
+    one). The lock is keyed by the locked inode, so a symlink, a bind mount or any other path to the same
+    directory meets it. A directory made here to be locked is removed again when the block leaves it empty
+    (a run refused on its inputs leaves nothing)."""
+    target = Path(target)
+    if directory is None:
+        directory = target.is_dir() or not target.suffix
+    created = False
+    if directory:
+        created = not target.exists()
+        target.mkdir(parents=True, exist_ok=True)
+        locked = target
+        fd = os.open(locked, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        locked = lock_file(target)
+        fd = os.open(locked, os.O_RDWR | os.O_CREAT, 0o644)
+    st = os.fstat(fd)
+    key = (st.st_dev, st.st_ino)
+    if key in _held:  # this process holds it already (train_seeds, then train of one seed)
+        os.close(fd)
+        held_fd, depth = _held[key]
+        _held[key] = (held_fd, depth + 1)
         try:
-            yield lf
+            yield locked
         finally:
-            fd, depth = _held[lf]
-            _held[lf] = (fd, depth - 1)
+            held_fd, depth = _held[key]
+            _held[key] = (held_fd, depth - 1)
         return
-    fd = os.open(lf, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        holder = lock_holder(locked)
+        if holder is None and not directory:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or None
         os.close(fd)
-        raise Busy(f"{target}: another process (pid {holder}) is {what} it; wait for it to end or stop it "
-                   f"(its lock: {lf}; the kernel releases it when that process exits)") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _held[lf] = (fd, 1)
+        raise Busy(f"{target}: another process (pid {holder or 'unknown'}) is {what} it; wait for it to end or stop "
+                   f"it (its lock: {locked}, device {st.st_dev} inode {st.st_ino}; the kernel releases it when that "
+                   "process exits)") from None
+    if not directory:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = (fd, 1)
     try:
-        yield lf
+        yield locked
     finally:
-        fd, depth = _held[lf]
+        fd, depth = _held[key]
         if depth <= 1:
-            del _held[lf]
+            del _held[key]
+            if created:   # made only to be locked and still empty (its inputs were refused): leave nothing behind
+                with contextlib.suppress(OSError):
+                    os.rmdir(target)
             os.close(fd)  # closing the descriptor releases the flock
         else:
-            _held[lf] = (fd, depth - 1)
+            _held[key] = (fd, depth - 1)

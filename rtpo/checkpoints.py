@@ -1,8 +1,9 @@
-"""Checkpoints of a training run, the identity a resume must match, the DAG job guard, and the
-fault-injection points (rtpo.train writes and resumes through these).
+"""Checkpoints of a training run, the DAG job guard, and the fault-injection points (rtpo.train writes
+and resumes through these).
 
 The checkpoint is one atomic unit: `checkpoint/step-<N>/` holds the engine state
-(`engine.save`: weights, optimizer, RNG, counters), `state.json` (step, method state) and
+(`engine.save`: weights, optimizer, RNG, counters), `state.json` (step, method state, and the run's
+record as of step N: run.json, the run's identity, which a resume checks, rtpo.run_record.check_resume) and
 `metrics.jsonl` as of step N. It is written under a temporary name and renamed into place
 (rtpo.atomic), and older ones are removed only after that, so at every instant the newest complete
 `step-*` is the checkpoint; what a killed write leaves behind is removed by the next run. Resuming
@@ -17,8 +18,9 @@ without a manifest (written before manifests existed) is refused the same way: i
 from a damaged one. The summary is computed before final/ is replaced, so a run whose records
 cannot be summarised leaves an existing final/ as it was.
 
-The job guard (`--stamp`, what the DAG's training rules pass; `job_guard`): each run directory's
-`.rtpo-job` holds "<stamp> running|complete". At the start of a job, a run directory whose file does
+The job guard (`rtpo train --job-guard`, what the DAG's training rules pass; `job_guard`): each run
+directory's `.rtpo-job` holds "<stamp> running|complete", the stamp of the run's record
+(rtpo.run_record.job_stamp: its settings and its inputs' settings). At the start of a job, a run directory whose file does
 not say "<stamp> running" (another job's settings, or a job that finished: a rerun because settings
 changed, an input was rebuilt, --forcerun or a deleted output) is cleared of its checkpoint and
 records, so it trains from scratch; one that says so is resumed (the same job, killed or failed:
@@ -33,8 +35,6 @@ at each point inside a write (ckpt-begin .. ckpt-renamed, final-exported) to wid
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 import os
 import re
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from rtpo.atomic import atomic_dir, atomic_write_text
-from rtpo.inputs import MANIFEST, CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
+from rtpo.inputs import CorruptFileError, RowError, check_safetensors, verify_manifest, write_manifest
 from rtpo.instrument import JsonlWriter
 
 
@@ -85,15 +85,15 @@ def prune_checkpoints(root: Path, keep: Path) -> None:
 
 
 def save_checkpoint(root: Path, step: int, engine: Any, algo: Any, log: JsonlWriter,
-                    identity: dict[str, Any] | None = None) -> Path:
+                    record: dict[str, Any] | None = None) -> Path:
     """Write checkpoint/step-<step>/ atomically (temporary directory, renamed into place), then
-    remove older ones. identity: the run's identity (`run_identity`), checked on resume."""
+    remove older ones. record: the run's record (run.json as of this step), checked on resume."""
     final = root / f"step-{step:08d}"
     fault_point("ckpt-begin", step, slow=True)
     with atomic_dir(final) as tmp:
         engine.save(tmp)                       # LocalEngine: tmp/engine.pt
         fault_point("ckpt-engine", step, slow=True)
-        (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state(), "identity": identity}))
+        (tmp / "state.json").write_text(json.dumps({"step": step, "method": algo.state(), "run": record}))
         shutil.copyfile(log.path, tmp / "metrics.jsonl")
         write_manifest(tmp)                    # last: it covers every file above
         fault_point("ckpt-files", step, slow=True)
@@ -143,74 +143,54 @@ def check_checkpoint_files(ck: Path, step: int) -> None:
     verify_manifest(ck, required=True)
 
 
-def load_checkpoint(root: Path, engine: Any, algo: Any, log: JsonlWriter,
-                    identity: dict[str, Any] | None = None) -> int:
-    """Resume from the newest checkpoint under `root`: returns the next step (0 without one).
-
-    Raises CheckpointError (naming the directory) when it cannot be read, or when it is of another run
-    than `identity` (a checkpoint without one, written before run identities were recorded, is not compared); nothing is
-    changed then.
-    """
+def verified_checkpoint(root: Path) -> tuple[int, Path, dict[str, Any]] | None:
+    """The newest checkpoint under `root` as (step, directory, its state.json), every file verified; None
+    without one. CheckpointError (naming the file and the directory) when it is damaged or incomplete;
+    nothing is changed then."""
     found = checkpoint_dirs(root)
     if not found:
-        return 0
+        return None
     step, ck = found[-1]
     try:
         check_checkpoint_files(ck, step)
         state = json.loads((ck / "state.json").read_text())
-        metrics = (ck / "metrics.jsonl").read_text()
-        if int(state["step"]) != step:
-            raise ValueError(f"state.json says step {state['step']}")
-        if identity is not None and state.get("identity") is not None:
-            differ = identity_diff(state["identity"], identity)
-            if differ:
-                raise CheckpointError(f"{ck}: this checkpoint is of another run ({differ}); resuming would mix two "
-                                      f"runs' weights and records. Train into another --out, or delete {root} to "
-                                      "train this run from scratch")
-        engine.load(ck)
-        algo.load_state(state.get("method", {}))
-    except CheckpointError:
-        raise
+        if not isinstance(state, dict) or int(state["step"]) != step:
+            raise ValueError(f"state.json says step {state.get('step') if isinstance(state, dict) else state!r}")
     except CorruptFileError as e:
         raise CheckpointError(f"{e}; cannot resume from the checkpoint {ck}: delete {root} to train this "
                               "run from scratch") from None
-    except Exception as e:  # noqa: BLE001 - torch, pickle, zip and JSON errors of a damaged file
+    except Exception as e:  # noqa: BLE001 - zip and JSON errors of a damaged file
         raise CheckpointError(f"{ck}: cannot resume from this checkpoint ({type(e).__name__}: {e}); it is "
                               f"damaged or incomplete: delete {root} to train this run from scratch") from None
+    return step, ck, state
+
+
+def checkpoint_record(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The run record a checkpoint carries (its state.json's "run"; None in one written before checkpoints
+    carried it)."""
+    rec = state.get("run")
+    return rec if isinstance(rec, dict) else None
+
+
+def load_checkpoint(checkpoint: tuple[int, Path, dict[str, Any]] | None, engine: Any, algo: Any,
+                    log: JsonlWriter) -> int:
+    """Resume from a verified checkpoint (`verified_checkpoint`; which run it is was checked before,
+    rtpo.run_record.check_resume): the engine and method state, and metrics.jsonl as of its step. Returns
+    the next step (0 without a checkpoint). CheckpointError (naming the directory) when the engine or the
+    method cannot load it; nothing is changed then."""
+    if checkpoint is None:
+        return 0
+    step, ck, state = checkpoint
+    try:
+        metrics = (ck / "metrics.jsonl").read_text()
+        engine.load(ck)
+        algo.load_state(state.get("method", {}))
+    except Exception as e:  # noqa: BLE001 - torch, pickle, zip errors of a damaged file
+        raise CheckpointError(f"{ck}: cannot resume from this checkpoint ({type(e).__name__}: {e}); it is "
+                              f"damaged or incomplete: delete {ck.parent} to train this run from scratch") from None
     atomic_write_text(log.path, metrics)
-    prune_checkpoints(root, keep=ck)
+    prune_checkpoints(ck.parent, keep=ck)
     return step + 1
-
-
-# ------------------------------------------------------------------------------ run identity, finite numbers
-def _sha256_files(files: list[Path]) -> str | None:
-    h, seen = hashlib.sha256(), False
-    for f in files:
-        if f.is_file():
-            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-            seen = True
-    return h.hexdigest()[:16] if seen else None
-
-
-def run_identity(method: str, task: str, seed: int, settings: dict[str, Any], model_dir: str | Path) -> dict[str, Any]:
-    """What a checkpoint must match to be resumed: method, task, seed, a hash of the effective
-    settings (`method_settings`, all but train.steps, so that a finished run can be extended), and the
-    base model's and tokenizer's hashes (the model directory's checksum manifest when it has one, else
-    its config.json; its tokenizer files)."""
-    settings = copy.deepcopy(settings)
-    settings.get("train", {}).pop("steps", None)
-    md = Path(model_dir)
-    return {"method": method, "task": task, "seed": int(seed),
-            "settings": hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16],
-            "model": _sha256_files([md / MANIFEST] if (md / MANIFEST).is_file() else [md / "config.json"]),
-            "tokenizer": _sha256_files([md / n for n in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
-                                                         "merges.txt", "special_tokens_map.json")])}
-
-
-def identity_diff(saved: dict[str, Any], now: dict[str, Any]) -> str:
-    """'key: saved -> now' for every key that differs, '' when they match."""
-    return "; ".join(f"{k}: checkpoint {saved.get(k)!r}, this run {now.get(k)!r}"
-                     for k in now if saved.get(k) != now.get(k))
 
 
 # ------------------------------------------------------------------------------ the job guard

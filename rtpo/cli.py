@@ -62,51 +62,21 @@ def cmd_sweep_base(args) -> int:
     return 0
 
 
-def verl_run_record(args, cfg) -> dict:
-    """run.json of a verl training run (the local loop writes its own, rtpo.train): what it trains with."""
-    from rtpo.config import method_settings
-    from rtpo.run_record import make_record, write_record
-
-    s = method_settings(cfg, args.method, args.task)
-    key = {"scope": args.scope, "variant": args.variant, "task": args.task, "method": args.method, "seed": args.seed}
-    train_file = args.train_file or f"results/data/{args.task}/train.jsonl"
-    record = make_record(key, {"engine": cfg.get("engine", "local"), "verl": cfg.get("verl"), **s},
-                         train_file if Path(train_file).exists() else None, args.model,
-                         planned=int(s["train"]["steps"]))
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    write_record(args.out, record)
-    return record
-
-
 def cmd_train(args) -> int:
-    from rtpo.inputs import check_model_dir
-
+    """The run (scope, variant, task, method, seed) of the config's experiment, on the config's engine (or
+    --engine's): rtpo/train.py (local) or rtpo/verl_ext/train.py (verl), which mirror each other."""
     cfg = _cfg(args)
-    check_model_dir(args.model)  # a truncated / corrupt model file: exit 2 naming it
-    if cfg.get("engine", "local") == "verl" or args.engine == "verl":
-        from rtpo.verl_ext.launch import train_verl
+    if args.engine is not None:
+        cfg["engine"] = args.engine   # the run's settings record the engine it trains on
+    kw = dict(job_guard=args.job_guard, scope=args.scope, variant=args.variant)
+    if cfg.get("engine", "local") == "verl":
+        from rtpo.verl_ext.train import train_seeds as verl_seeds
 
-        from rtpo.checkpoints import job_complete, job_guard
-        from rtpo.run_record import write_record
-
-        if len(args.seed) != 1 or "{seed}" in args.out:
-            raise ValueError("the verl engine trains one seed per job: --seed S --out DIR")
-        args.seed = args.seed[0]
-        if args.stamp is not None:
-            job_guard([Path(args.out)], args.stamp)
-        record = verl_run_record(args, cfg)
-        rc = train_verl(args, cfg)
-        if rc == 0:  # the steps it completed: the records it left (rtpo.run_record)
-            metrics = Path(args.out) / "metrics.jsonl"
-            done = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-            write_record(args.out, {**record, "steps": {**record["steps"], "completed": done}})
-        if rc == 0 and args.stamp is not None:
-            job_complete([Path(args.out)], args.stamp)
-        return rc
+        return verl_seeds(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file, **kw)
     from rtpo.train import train_seeds
 
     summaries = train_seeds(args.method, args.task, cfg, args.seed, args.out, args.model, args.train_file,
-                            stamp=args.stamp, log=args.log, scope=args.scope, variant=args.variant)
+                            log=args.log, **kw)
     for summary in summaries.values():
         print(json.dumps(summary))
     return 0
@@ -274,16 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--task", required=True, choices=tasks, help="the task")
     sp.add_argument("--seed", type=seed_arg, nargs="+", default=[0],
                     help="one or several seeds, trained one after the other in this process")
-    sp.add_argument("--model", default="results/models/base", help="the base model directory")
-    sp.add_argument("--train-file", default=None, help="default: results/data/<task>/train.jsonl")
+    sp.add_argument("--model", default=None, help="the base model directory (default: the run's, e.g. "
+                    "results/models/base)")
+    sp.add_argument("--train-file", default=None, help="default: the run's, e.g. results/data/<task>/train.jsonl")
     sp.add_argument("--engine", default=None, choices=["local", "verl"],
                     help="default: the config's engine (local: torch on this machine; verl: verl's trainer)")
     sp.add_argument("--out", required=True,
                     help="run directory; with several seeds a pattern with {seed}, e.g. results/runs/math/rtpo/seed{seed}")
     sp.add_argument("--log", default=None, help="each seed's output also to this file (a pattern with {seed})")
-    sp.add_argument("--stamp", default=None,
-                    help="the DAG's job guard: resume only run directories this job (this stamp) left running "
-                         "(rtpo.checkpoints.job_guard)")
+    sp.add_argument("--job-guard", action="store_true",
+                    help="the DAG's job guard: resume only run directories this job (the run's stamp, in its "
+                         "run.json) left running (rtpo.checkpoints.job_guard)")
     sp.add_argument("--scope", default="main",
                     help="the run's scope in the experiment, written to its run.json: main, or an ablation study")
     sp.add_argument("--variant", default="", help="the ablation variant (G3, kl-0.01, ...) or sweep cell (h4/psi-full)")
@@ -355,9 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     from rtpo.progress import quiet_library_bars
 
     quiet_library_bars()
-    for name in ("train_file", "eval_file"):
-        if hasattr(args, name) and getattr(args, name) is None:
-            setattr(args, name, str(Path("results/data") / args.task / ("train.jsonl" if name == "train_file" else "eval.jsonl")))
+    if getattr(args, "eval_file", "") is None:   # rtpo train takes its files from its run (rtpo.experiment)
+        args.eval_file = str(Path("results/data") / args.task / "eval.jsonl")
     from rtpo.signals import Stopped
 
     try:

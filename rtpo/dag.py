@@ -10,6 +10,7 @@ common.smk turns into a WorkflowError naming the config files.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -22,10 +23,10 @@ from typing import Any
 import yaml
 
 from rtpo.config import ConfigError
-from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, SWEEP_BASE, TASK_KINDS, AblationCell, Experiment, Run, SweepCell,
-                             study_methods,
-                             data_file, eval_file, fingerprint, group_label, run_dir, seed_groups, stamp, study_tasks,
-                             UNTRAINED, sweep_data_dir, sweep_data_sets, sweep_errors, sweep_model_sets)
+from rtpo.experiment import (MAIN, RTPO_STUDIES, STUDIES, SWEEP, TASK_KINDS, UNTRAINED, AblationCell, Experiment, Run,
+                             RunKey, SweepCell, data_file, group_label, seed_groups, study_methods, study_tasks,
+                             sweep_errors)
+from rtpo.report.table_names import table_runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,16 +162,17 @@ class SeedJob:
         return str(wildcards.seed) if self.seeds is None else " ".join(str(s) for s in self.seeds)
 
 
-# The training job: `rtpo train` over the job's seeds. `--stamp` is the checkpoint guard
-# (rtpo.checkpoints.job_guard): a run directory resumes only from a checkpoint this very job left behind
-# (Slurm timeout, preemption, Ctrl-C + --rerun-incomplete, a failed seed); a rerun because settings
-# changed, an input was rebuilt, --forcerun or a deleted output starts from scratch. `exec`: the job's
-# process is `rtpo train` itself, which on SIGTERM / SIGINT finishes its step, saves a checkpoint and
-# exits 143 (Slurm signals every process of the job; no shell in between to die first).
+# The training job: `rtpo train` over the job's seeds, each the experiment's run of its key (`--scope`,
+# `--variant`, task, method, seed), which brings its own `--set` overrides and settings (rtpo.experiment).
+# `--job-guard` is the checkpoint guard (rtpo.checkpoints.job_guard, with the run's stamp): a run
+# directory resumes only from a checkpoint this very job left behind (Slurm timeout, preemption, Ctrl-C +
+# --rerun-incomplete, a failed seed); a rerun because settings changed, an input was rebuilt, --forcerun or
+# a deleted output starts from scratch. `exec`: the job's process is `rtpo train` itself, which on SIGTERM /
+# SIGINT finishes its step, saves a checkpoint and exits 143 (Slurm signals every process of the job; no
+# shell in between to die first).
 TRAIN_SHELL = ("exec rtpo train --config {params.config} --method {params.method} --task {params.task} "
-               "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.sets} "
-               "{params.key} "
-               "--out {params.out} --stamp {params.stamp} {params.logs} > {log.job} 2>&1")
+               "--seed {params.seeds} --model {input.model} --train-file {input.train} {params.key} "
+               "--out {params.out} --job-guard {params.logs} > {log.job} 2>&1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,15 +241,11 @@ class Dag:
         self.sweep = exp.sweep
         self.sweep_seeds = exp.sweep_seeds
         self.sweep_by_key = exp.sweep_by_key
-        # the settings of every job (rtpo.experiment computes each once)
-        self.run_settings, self.train_settings, self.eval_settings = (exp.run_settings, exp.train_settings,
-                                                                      exp.eval_settings)
-        self.train_stamp, self.data_settings, self.base_model_settings = (exp.train_stamp, exp.data_settings,
-                                                                          exp.base_model_settings)
+        # the settings of the jobs upstream of the runs and of the main grid's (rtpo.experiment computes each once)
+        self.run_settings, self.eval_settings = exp.run_settings, exp.eval_settings
+        self.data_settings, self.base_model_settings = exp.data_settings, exp.base_model_settings
         self.sweep_hops, self.sweep_data_settings, self.sweep_base_settings = (exp.sweep_hops, exp.sweep_data_settings,
                                                                                exp.sweep_base_settings)
-        self.sweep_run_settings, self.sweep_train_stamp, self.sweep_eval_settings = (
-            exp.sweep_run_settings, exp.sweep_train_stamp, exp.sweep_eval_settings)
 
     # ------------------------------------------------------------------ the runs
     def all_main_cells(self) -> list[tuple[str, str, int]]:
@@ -268,17 +266,27 @@ class Dag:
     def reused_cells(self) -> list[AblationCell]:
         return [c for c in self.cells if self.reused[c.key] is not None]
 
-    def reused_runs(self) -> dict[str, tuple[str, str, int]]:
-        """{run key of a copied arm's seed: the main run (task, method, seed) it copies}."""
-        return {c.run_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+    @functools.cached_property
+    def copied_runs(self) -> dict[str, Run]:
+        """{the {run} wildcard of a copied arm's seed (its key + /seedS): its Run, whose copy_of is the main run}."""
+        return {f"{r.scope}/{r.variant}/{r.task}/{r.method}/seed{r.seed}": r for r in self._copied()}
 
-    def reused_evals(self) -> dict[str, tuple[str, str, int]]:
-        """{eval key of a copied arm's seed: the main run (task, method, seed) whose eval JSON it copies}."""
-        return {c.eval_key(s): (c.task, c.method, s) for c in self.reused_cells() for s in c.seeds}
+    @functools.cached_property
+    def copied_evals(self) -> dict[str, Run]:
+        """{the {evalrun} wildcard of a copied arm's evaluation (its key + /eval_seedS): its Run}."""
+        return {f"{r.scope}/{r.variant}/{r.task}/{r.method}/eval_seed{r.seed}": r for r in self._copied()}
+
+    def _copied(self) -> list[Run]:
+        return [r for r in self.experiment.runs if r.scope not in (MAIN, SWEEP) and r.copy_of is not None]
 
     def cell(self, key: str) -> AblationCell:
-        """The arm of a {cell} wildcard value, or of a {run} / {evalrun} value (cell key + /seedS, /eval_seedS)."""
-        return self.cell_by_key[key] if key in self.cell_by_key else self.cell_by_key[key.rsplit("/", 1)[0]]
+        """The arm of a {cell} wildcard value."""
+        return self.cell_by_key[key]
+
+    def job_run(self, cell: AblationCell | SweepCell) -> Run:
+        """The run of the first seed of an arm's or a sweep cell's job: its method, task, `--set` overrides,
+        settings and inputs are every seed's."""
+        return self.experiment.run(RunKey(cell.scope, cell.variant, cell.task, cell.method, cell.seeds[0]))
 
     # ------------------------------------------------------------------ jobs of several seeds
     def seed_jobs(self, rule: str, seeds: Iterable[int]) -> list[SeedJob]:
@@ -414,8 +422,8 @@ class Dag:
         return sorted(set(files))
 
     def table_targets(self, name: str) -> list[str]:
-        """What table `name` reads (rtpo.experiment.TABLE_RUNS): its runs' summary.json and eval JSON."""
-        return sorted(set(self.run_targets(self.experiment.table_runs(name))))
+        """What table `name` reads (rtpo.report.table_names.TABLE_RUNS): its runs' summary.json and eval JSON."""
+        return sorted(set(self.run_targets(table_runs(self.experiment, name))))
 
     def sweep_targets(self, with_final: bool = False) -> list[str]:
         """Every run's summary.json (and final/) and eval JSON of the sweep's target: the sweep's cells and the

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -50,6 +49,7 @@ from typing import Any
 
 from rtpo.config import data_settings, method_settings, set_path
 from rtpo.methods.cards import card
+from rtpo.run_record import fingerprint, job_stamp, stamp
 
 MAIN = "main"          # the scope of the main grid's runs (an ablation run's scope is its study)
 SWEEP = "sweep"        # the scope of the mechanism sweep's runs
@@ -65,23 +65,6 @@ RTPO_STUDIES = ("group_size", "sync", "continuation")
 PSI_STUDIES = ("credit_assignment", "mismatch")   # methods under one psi on one task
 TASK_KINDS = ("math", "search", "airline")
 
-# the paper's tables by name (rtpo.report.tables.TABLES, in its order), each a Snakemake target of its own
-# (workflow/rules/report.smk) that writes results/tables/<name>.{csv,md,tex} (`rtpo report tables --only`),
-# with the runs it reads: "main" (the main grid) or a study's name (its arms, and the main runs the arms
-# copy or add seeds from)
-TABLE_RUNS = {
-    "table01_main": MAIN, "table01_vs_vanilla": MAIN, "table01_gains": MAIN, "table_learning": MAIN,
-    "table_budget": MAIN, "table02_credit_assignment": "credit_assignment", "table03_continuation": "continuation",
-    "table06_continuation_detail": "continuation", "table07_airline_online": MAIN, "table08_airline_eval": MAIN,
-    "table09_airline_tools": MAIN, "table10_group_size": "group_size", "table11_group_size_cost": "group_size",
-    "table12_trunk_failures": MAIN, "table13_failure_dynamics": MAIN, "table14_training_cost": MAIN,
-    "table21_budget": MAIN, "tableG5_tool_use": MAIN, "tableG6_sync": "sync",
-    "table_controls": ("matched_updates", "turn_rows"),
-}
-# main-grid methods a table reads on its arms' tasks besides the arms' own (the controls' table shows RTPO
-# beside GRPO-K and GRPO on its own contexts)
-TABLE_MAIN_METHODS = {"table_controls": ("rtpo",)}
-TABLE_NAMES = tuple(TABLE_RUNS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,14 +138,36 @@ def data_file(task: str, split: str, root: str = RESULTS) -> str:
     return f"{root}/data/{task}/{split}.jsonl"
 
 
-def fingerprint(obj: Any) -> str:
-    """Canonical JSON: the same settings give the same string whatever the key order."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+BASE_MODEL = f"{RESULTS}/models/base"   # rtpo base-model's: every run's but the sweep's
+SWEEP_BASE = f"{RESULTS}/sweep/models/base"   # rtpo sweep-base's: the sweep's runs'
 
 
-def stamp(settings_json: str) -> str:
-    """The checkpoint stamp of a training job (16 hex digits of the sha256 of its settings JSON)."""
-    return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run trains from and is evaluated on, under the DAG's results root: its data directory (a task's
+    train / eval / experts files, made by `rtpo data` with `data_sets` as its `--set` overrides) and its base
+    model (`rtpo base-model`'s, or the sweep base model of `rtpo sweep-base`)."""
+
+    data_dir: str
+    base_model: str = BASE_MODEL
+    data_sets: tuple[str, ...] = ()
+
+    @property
+    def train_file(self) -> str:
+        return f"{self.data_dir}/train.jsonl"
+
+    @property
+    def eval_data(self) -> str:
+        return f"{self.data_dir}/eval.jsonl"
+
+
+def task_inputs(task: str) -> RunInputs:
+    """The inputs of a main-grid run or an ablation arm on `task`: its data, the base model."""
+    return RunInputs(f"{RESULTS}/data/{task}")
+
+
+def sweep_data_dir(hops: int) -> str:
+    return f"{RESULTS}/sweep/data/h{hops}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +187,10 @@ class AblationCell:
     seeds: tuple[int, ...]
     sets: tuple
     value: Any = None
+
+    @property
+    def scope(self) -> str:  # its runs' scope: the study
+        return self.study
 
     @property
     def key(self) -> str:  # the {cell} wildcard: results/ablations/{cell}/seed<S>/
@@ -238,13 +247,8 @@ def ablation_cells(ablations: Mapping[str, Any], seeds: Iterable[int] | None = N
     return cells
 
 
-SWEEP_BASE = f"{RESULTS}/sweep/models/base"
 UNTRAINED = "vanilla"   # the sweep's no-RL arm: the sweep base model evaluated as is (method.vanilla, steps 0)
 ARM_CONTRAST, ARM_OPTIONAL, ARM_NO_RL = "contrast", "optional", "no-RL"   # SweepCell.arm
-
-
-def sweep_data_dir(hops: int) -> str:
-    return f"{RESULTS}/sweep/data/h{hops}"
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,8 @@ class SweepCell:
     exactly `hops` hops (the horizon K), over `seeds`. Files per seed S: results/sweep/h<K>/psi-<psi>/
     <method>/seedS/ (as a main run) and .../eval_seedS.json. `sets` are its `--set` overrides. `arm`: the
     2 x 2 contrast (sweep.psi x sweep.methods), an optional arm (sweep.optional: reported per cell, never in
-    the interaction) or the no-RL arm (the sweep base model evaluated untrained)."""
+    the interaction) or the no-RL arm (the sweep base model evaluated untrained). `inputs`: its horizon's
+    data (made with sweep_data_sets) and the sweep base model."""
 
     hops: int
     psi: str
@@ -261,6 +266,10 @@ class SweepCell:
     seeds: tuple[int, ...]
     sets: tuple
     arm: str = ARM_CONTRAST
+    inputs: RunInputs | None = None
+
+    scope = SWEEP    # its runs' scope and task
+    task = "search"
 
     @property
     def variant(self) -> str:  # a sweep run's variant: h<K>/psi-<psi>
@@ -368,20 +377,21 @@ def sweep_cells(cfg: Mapping[str, Any]) -> list[SweepCell]:
     methods = [(m, ARM_CONTRAST) for m in sw["methods"]] + [(m, ARM_OPTIONAL) for m in opt.get("methods") or []]
     cells = []
     for k in sw["hops"]:
-        turns = sweep_data_sets(cfg, k)[-1]
+        inputs = RunInputs(sweep_data_dir(int(k)), SWEEP_BASE, tuple(sweep_data_sets(cfg, k)))
+        turns = inputs.data_sets[-1]
         for psi, psi_arm in psis:
             if sw.get("no_rl", True):
                 # untrained whatever train.* says (steps 0 is what makes a run evaluate its base model as is);
                 # no sweep.train override, which it never reads: a changed training budget reruns no evaluation
                 cells.append(SweepCell(int(k), psi, UNTRAINED, seeds,
                                        (*sweep_model_sets(cfg), turns, f"method.{UNTRAINED}.psi={psi}",
-                                        f"method.{UNTRAINED}.steps=0"), ARM_NO_RL))
+                                        f"method.{UNTRAINED}.steps=0"), ARM_NO_RL, inputs))
             for m, m_arm in methods:
                 sets = [*sweep_model_sets(cfg), turns, f"method.{m}.psi={psi}", *train]
                 if card(m).budget_key:
                     sets.append(f"method.{m}.per_task.search.{card(m).budget_key}={sweep_budget(cfg, k)}")
                 arm = ARM_CONTRAST if psi_arm == m_arm == ARM_CONTRAST else ARM_OPTIONAL
-                cells.append(SweepCell(int(k), psi, m, seeds, tuple(sets), arm))
+                cells.append(SweepCell(int(k), psi, m, seeds, tuple(sets), arm, inputs))
     return cells
 
 
@@ -439,43 +449,53 @@ class RunKey:
 
 @dataclass(frozen=True, eq=False)
 class Run:
-    """One run of the experiment: its key, `--set` overrides, the seeds of its training job, and the run it
-    copies (None: it trains); `value` is an ablation variant's config value. Its effective settings (what
-    `rtpo train` trains with) and the stamp of those settings and its inputs are computed on first use,
-    once per setting (`Experiment.run_settings`), so that listing runs needs only the grid's keys."""
+    """One run of the experiment: its key, `--set` overrides, the seeds of its training job, its inputs, and
+    the run it copies (None: it trains); `value` is its variant's config value (an ablation arm's, a sweep
+    cell's psi). Every run is the same kind of thing whatever its scope: its effective settings (what
+    `rtpo train` trains with), the settings its inputs were built with and the identity run.json records of
+    it are computed on first use, once per setting (`Experiment.run_settings`, `Experiment.input_settings`),
+    so that listing runs needs only the grid's keys."""
 
     key: RunKey
     sets: tuple[str, ...]
     seed_group: tuple[int, ...]
+    inputs: RunInputs
     value: Any = None
     experiment: "Experiment | None" = field(default=None, repr=False)
 
     @property
     def copy_of(self) -> RunKey | None:
         """The main run this ablation arm's run copies (same settings, same seed), None when it trains."""
-        if self.scope in (MAIN, SWEEP):
-            return None
-        src = self.experiment.copies[f"{self.scope}/{self.variant}/{self.task}/{self.method}"]
+        src = self.experiment.copies.get(f"{self.scope}/{self.variant}/{self.task}/{self.method}")
         return None if src is None else RunKey(MAIN, "", src[0], src[1], self.seed)
 
     @property
     def settings(self) -> dict[str, Any]:
         """The effective settings: rtpo.config.method_settings after `sets`, plus engine and verl."""
-        if self.scope == SWEEP:
-            return self.experiment.sweep_run_settings(self.experiment.sweep_cell(self.key))
         return self.experiment.run_settings(self.method, self.task, self.sets)
 
     @property
+    def config(self) -> dict[str, Any]:
+        """The config this run trains with: the experiment's, after the run's `sets`."""
+        return self.experiment.config_with(self.sets, f"the --set of run {self.key}")
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What run.json says of this run before it trains (rtpo.run_record.make_record adds the inputs'
+        sha256, the code and the steps): key, copy_of, settings, and its inputs' paths and settings."""
+        data, base = self.experiment.input_settings(self.inputs, self.task)
+        return {"key": self.key.as_dict(), "copy_of": None if self.copy_of is None else self.copy_of.as_dict(),
+                "settings": self.settings,
+                "inputs": {"train_file": {"path": self.inputs.train_file, "settings": data},
+                           "base_model": {"path": self.inputs.base_model, "settings": base}}}
+
+    @property
     def stamp(self) -> str:
-        """The checkpoint stamp: the settings and those of every input (data, base model)."""
-        if self.scope == SWEEP:
-            return self.experiment.sweep_train_stamp(self.experiment.sweep_cell(self.key))
-        return self.experiment.train_stamp(self.method, self.task, self.sets)
+        """The job stamp (rtpo.run_record.job_stamp of its identity): its settings and its inputs' settings."""
+        return self.experiment.run_stamp(self)
 
     @property
     def eval_settings(self) -> dict[str, Any]:
-        if self.scope == SWEEP:
-            return self.experiment.sweep_eval_settings(self.experiment.sweep_cell(self.key))
         return self.experiment.eval_settings(self.method, self.task, self.sets)
 
     scope = property(lambda self: self.key.scope)
@@ -608,7 +628,7 @@ class Experiment:
         has that (task, method) at every ablation seed, and the arm's overrides change none of its
         effective settings, e.g. G3 when method.rtpo.group_size is 3: its files of the ablation seeds are
         then copies of the main runs' (rules ablation_reuse_run / ablation_reuse_eval) instead of a
-        retrain, and the ledger adds the main grid's other seeds (rtpo.report.ledger.with_main_seeds)."""
+        retrain, and the ledger adds the main grid's other seeds (rtpo.report.claims.claim.with_main_seeds)."""
         if not self.ablations.get("reuse_main_runs", True):
             return None
         if not all((cell.task, cell.method, s) in main for s in cell.seeds):
@@ -630,17 +650,17 @@ class Experiment:
         cell_groups = {(t, m): self._groups(self.cell_seeds(t, m)) for t in self.tasks for m in self.methods}
         for t, m, s in self.main_cells():
             group = cell_groups.get((t, m), {}).get(s) or arm_groups[s]
-            runs.append(Run(RunKey(MAIN, "", t, m, s), (), group, experiment=self))
+            runs.append(Run(RunKey(MAIN, "", t, m, s), (), group, task_inputs(t), experiment=self))
         for c in self.arms:
             groups = self._groups(list(c.seeds))
             for s in c.seeds:
                 runs.append(Run(RunKey(c.study, c.variant, c.task, c.method, s), tuple(c.sets), groups[s],
-                                c.value, self))
+                                task_inputs(c.task), c.value, self))
         sweep_groups = self._groups(self.sweep_seeds)
         for c in self.sweep:
             for s in c.seeds:
                 runs.append(Run(RunKey(SWEEP, c.variant, "search", c.method, s), tuple(c.sets), sweep_groups[s],
-                                c.psi, self))
+                                c.inputs, c.psi, self))
         return runs
 
     # ------------------------------------------------------------------ selections
@@ -664,19 +684,24 @@ class Experiment:
         except KeyError:
             raise KeyError(f"no run {key} in this config") from None
 
-    def table_runs(self, name: str) -> list[Run]:
-        """The runs table `name` reads: the main grid's, or a study's arms plus the main runs of the same
-        (task, method) (the arm that is the main configuration copies them and the ledger adds their other
-        seeds)."""
-        if name not in TABLE_RUNS:
-            raise ValueError(f"unknown table {name!r}; known: {', '.join(TABLE_NAMES)}")
-        scope = TABLE_RUNS[name]
-        if scope == MAIN:
-            return self.select(MAIN)
-        arms = [r for sc in ((scope,) if isinstance(scope, str) else scope) for r in self.select(sc)]
-        pairs = {(r.task, r.method) for r in arms}
-        pairs |= {(r.task, m) for r in arms for m in TABLE_MAIN_METHODS.get(name, ())}
-        return [r for r in self.select(MAIN) if (r.task, r.method) in pairs] + arms
+    def run_for(self, key: RunKey) -> Run:
+        """The run `rtpo train` trains for `key`: the experiment's run of that key, or, for a main-grid key the
+        grid does not list (another seed, a task or method the config's lists leave out), a run with the main
+        grid's settings of that (task, method), trained alone. An ablation or sweep key must be one of the
+        config's (ValueError naming the known variants)."""
+        if key in self.by_key:
+            return self.by_key[key]
+        if key.scope == MAIN:
+            if key.variant:
+                raise ValueError(f"run {key}: a main-grid run has no variant (got --variant {key.variant!r})")
+            return Run(key, (), (key.seed,), task_inputs(key.task), experiment=self)
+        known = sorted({f"{r.variant} ({r.task}, {r.method}, seeds {list(r.seed_group)})"
+                        for r in self.runs if r.scope == key.scope})
+        scopes = sorted({r.scope for r in self.runs if r.scope != MAIN})
+        if not known:
+            raise ValueError(f"run {key}: this config has no runs of scope {key.scope!r} (its scopes: main"
+                             f"{', ' + ', '.join(scopes) if scopes else ''})")
+        raise ValueError(f"run {key} is not one of this config's {key.scope} runs: {'; '.join(known)}")
 
     # ------------------------------------------------------------------ settings
     def run_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
@@ -684,7 +709,7 @@ class Experiment:
         once per (method, task, sets); callers get a copy."""
         key = ("run", method, task, tuple(sets))
         if key not in self._settings:
-            cfg = self.config_with(sets, "ablation override")
+            cfg = self.config_with(sets, "a run's override")
             self._settings[key] = {"engine": cfg["engine"], "verl": cfg.get("verl"), **method_settings(cfg, method, task)}
         return copy.deepcopy(self._settings[key])
 
@@ -708,24 +733,29 @@ class Experiment:
             out["data"] = [self.data_settings(t) for t in self.tasks]
         return out
 
-    def train_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
-        """A training job's settings plus those of everything upstream (data, base model): the input of
-        its checkpoint stamp, which so changes whenever its inputs are rebuilt from other settings.
-        (The job's `settings` param is run_settings alone, which keeps the rerun reasons readable.)"""
-        return {"run": self.run_settings(method, task, sets), "data": self.data_settings(task),
-                "base": self.base_model_settings()}
-
     def eval_settings(self, method: str, task: str, sets: Iterable[str] = ()) -> dict[str, Any]:
         s = self.run_settings(method, task, sets)
         return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
 
-    def train_stamp(self, method: str, task: str, sets: Iterable[str] = ()) -> str:
-        key = ("stamp", method, task, tuple(sets))
+    def input_settings(self, inputs: RunInputs, task: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(data, base model) settings of a run's inputs: what `rtpo data --task T` reads under the inputs'
+        `data_sets`, and what the job that writes its base model reads (`rtpo base-model`, `rtpo sweep-base`);
+        computed once per input."""
+        key = ("inputs", inputs, task)
+        if key not in self._settings:
+            data = data_settings(self.config_with(inputs.data_sets, "a data override"), task)
+            base = {BASE_MODEL: self.base_model_settings, SWEEP_BASE: self.sweep_base_settings}[inputs.base_model]()
+            self._settings[key] = (data, base)
+        return self._settings[key]
+
+    def run_stamp(self, run: Run) -> str:
+        """rtpo.run_record.job_stamp of the run's identity, once per (method, task, sets, inputs)."""
+        key = ("stamp", run.method, run.task, run.sets, run.inputs)
         if key not in self._stamps:
-            self._stamps[key] = stamp(fingerprint(self.train_settings(method, task, sets)))
+            self._stamps[key] = job_stamp(run.identity)
         return self._stamps[key]
 
-    # ------------------------------------------------------------------ the sweep's settings
+    # ------------------------------------------------------------------ the sweep's grid and inputs
     def sweep_cell(self, key: RunKey) -> SweepCell:
         return self.sweep_by_key[f"{key.variant}/{key.method}"]
 
@@ -745,26 +775,10 @@ class Experiment:
                 "sft": {k: v for k, v in self.cfg["sft"].items() if k != "threads"},
                 "data": [self.sweep_data_settings(k) for k in self.sweep_hops()]}
 
-    def sweep_run_settings(self, cell: SweepCell) -> dict[str, Any]:
-        key = ("sweep", cell.method, cell.key, tuple(cell.sets))
-        if key not in self._settings:
-            cfg = self.config_with(cell.sets, "sweep override")
-            self._settings[key] = {"engine": cfg["engine"], "verl": cfg.get("verl"),
-                                   **method_settings(cfg, cell.method, "search")}
-        return copy.deepcopy(self._settings[key])
 
-    def sweep_train_stamp(self, cell: SweepCell) -> str:
-        return stamp(fingerprint({"run": self.sweep_run_settings(cell), "data": self.sweep_data_settings(cell.hops),
-                                  "base": self.sweep_base_settings()}))
-
-    def sweep_eval_settings(self, cell: SweepCell) -> dict[str, Any]:
-        s = self.sweep_run_settings(cell)
-        return {"eval": self.cfg["eval"], "env": s["env"], "psi": s["psi"], "engine": s["engine"], "verl": s["verl"]}
-
-
-__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES", "TASK_KINDS", "TABLE_RUNS", "TABLE_NAMES",
+__all__ = ["MAIN", "SWEEP", "RESULTS", "STUDIES", "RTPO_STUDIES", "PSI_STUDIES", "TASK_KINDS",
            "variant_name", "study_variant", "study_tasks", "study_methods", "study_target", "run_dir", "eval_file", "data_file", "fingerprint", "stamp",
            "AblationCell", "ablation_cells", "SWEEP_BASE", "UNTRAINED", "ARM_CONTRAST", "ARM_OPTIONAL", "ARM_NO_RL",
            "sweep_data_dir", "SweepCell", "sweep_data_sets", "sweep_model_sets", "sweep_errors", "sweep_budget",
-           "sweep_cells", "seed_groups", "group_label", "RunKey", "Run", "Variant",
+           "sweep_cells", "seed_groups", "group_label", "RunKey", "BASE_MODEL", "RunInputs", "task_inputs", "Run", "Variant",
            "Study", "studies_of", "Experiment"]

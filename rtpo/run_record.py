@@ -6,14 +6,20 @@ checkpoint).
     {"key":      {"scope", "variant", "task", "method", "seed"}   rtpo.experiment.RunKey
      "copy_of":  null | a key                                     the main run this one is a copy of
      "settings": {...}                                            the effective settings (rtpo.experiment)
-     "inputs":   {"train_file": {"path", "sha256"}, "base_model": {"path", "sha256"}}
+     "inputs":   {"train_file": {"path", "sha256", "settings"},   what it trained from, and the settings
+                  "base_model": {"path", "sha256", "settings"}}   of the jobs that built each
+     "stamp":    "..."                                            the job stamp: `job_stamp` of the above
      "code":     {"package", "version", "git", "tree"}            what ran (git commit, else a tree hash)
      "steps":    {"planned": N, "completed": n}}                  n = the records in metrics.jsonl
 
-A resume compares the record of the run directory with the run it is asked to be (`record_diff`): another
-key, other settings (train.steps aside: a finished run may be extended) or another data file or base model
-is refused, naming the key or the file. The code version is recorded, not compared: a fix between a kill
-and its resume is what resuming is for.
+run.json is the run's identity. `rtpo train` writes it before its first step, every checkpoint carries it
+(the local engine's state.json, verl's checkpoint folder), and a resume checks it and nothing else
+(`check_resume`): the checkpoint's record, the run directory's run.json and the run asked for must be one
+run -- the same key, settings (train.steps aside: a finished run may be extended) and inputs (by sha256).
+A checkpoint whose run.json is missing, or differs from its own, is refused naming both; so is a resume
+of another run, naming the key or the file. The code version is recorded, not compared: a fix between a
+kill and its resume is what resuming is for. The DAG's job guard (rtpo.checkpoints.job_guard) marks a run
+directory with the run's `stamp`, derived from the same record.
 
 Torch-free, so that the report reads it without the training stack.
 """
@@ -80,15 +86,47 @@ def code_version() -> dict[str, Any]:
     return {"package": "rtpo", "version": ver, "git": git, "tree": h.hexdigest()[:16]}
 
 
-def make_record(key: Mapping[str, Any], settings: Mapping[str, Any], train_file: str | Path | None,
-                model_dir: str | Path, planned: int, completed: int = 0,
-                copy_of: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    inputs = {"base_model": {"path": str(model_dir), "sha256": model_sha256(model_dir)}}
-    if train_file is not None:
-        inputs["train_file"] = {"path": str(train_file), "sha256": file_sha256(train_file)}
-    return {"key": dict(key), "copy_of": None if copy_of is None else dict(copy_of),
-            "settings": copy.deepcopy(dict(settings)), "inputs": inputs, "code": code_version(),
-            "steps": {"planned": int(planned), "completed": int(completed)}}
+def fingerprint(obj: Any) -> str:
+    """Canonical JSON: the same settings give the same string whatever the key order."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def stamp(settings_json: str) -> str:
+    """16 hex digits of the sha256 of a settings JSON (`fingerprint`)."""
+    return hashlib.sha256(settings_json.encode()).hexdigest()[:16]
+
+
+INPUTS = ("train_file", "base_model")
+
+
+def job_stamp(identity: Mapping[str, Any]) -> str:
+    """The job stamp of a run (its checkpoint guard, rtpo.checkpoints.job_guard): the stamp of its settings
+    and of the settings its inputs were built with (data, base model), from its run record or the identity
+    rtpo.experiment gives it before there is one. Another setting upstream, another stamp."""
+    inputs = identity.get("inputs") or {}
+    return stamp(fingerprint({"run": identity["settings"], "data": (inputs.get("train_file") or {}).get("settings"),
+                              "base": (inputs.get("base_model") or {}).get("settings")}))
+
+
+def make_record(identity: Mapping[str, Any], train_file: str | Path | None, model_dir: str | Path,
+                planned: int, completed: int = 0) -> dict[str, Any]:
+    """The run record of a run about to train: its identity (rtpo.experiment.Run.identity: key, copy_of,
+    settings, its inputs' paths and settings), the files it trains from here (`train_file`, `model_dir`:
+    their paths and sha256), the job stamp, the code and the steps."""
+    inputs = copy.deepcopy(dict(identity.get("inputs") or {}))
+    files = {"train_file": train_file, "base_model": model_dir}
+    for name in INPUTS:
+        if files[name] is None:
+            inputs.pop(name, None)
+            continue
+        path = Path(files[name])
+        sha = model_sha256(path) if name == "base_model" else file_sha256(path)
+        inputs[name] = {**(inputs.get(name) or {}), "path": str(path), "sha256": sha}
+    record = {"key": dict(identity["key"]), "copy_of": None if identity.get("copy_of") is None else dict(identity["copy_of"]),
+              "settings": copy.deepcopy(dict(identity["settings"])), "inputs": inputs, "code": code_version(),
+              "steps": {"planned": int(planned), "completed": int(completed)}}
+    record["stamp"] = job_stamp(record)
+    return record
 
 
 def _without_steps(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,19 +137,50 @@ def _without_steps(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def record_diff(path: Path, saved: Mapping[str, Any], now: Mapping[str, Any]) -> str:
     """Why run record `saved` (the file `path`) is not the run `now`, '' when it is: another key, other
-    settings (train.steps aside), or another train file or base model (named with both hashes)."""
+    settings (train.steps aside), or another train file or base model (named with both hashes); an input
+    that `now` has and `saved` does not record cannot be compared, and is a difference too."""
     if saved.get("key") != now.get("key"):
         return f"{path}: the run directory holds run {saved.get('key')}, not {now.get('key')}"
     if _without_steps(saved.get("settings") or {}) != _without_steps(now.get("settings") or {}):
         a, b = _without_steps(saved.get("settings") or {}), _without_steps(now.get("settings") or {})
         keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
         return f"{path}: the run was trained with other settings (differ in: {', '.join(keys)})"
-    for name in ("train_file", "base_model"):
+    for name in INPUTS:
         old, new = (saved.get("inputs") or {}).get(name), (now.get("inputs") or {}).get(name)
+        if new and not (old and old.get("sha256")):
+            return (f"{path}: field 'inputs.{name}' is missing, so it cannot say which {name} the run trained "
+                    f"on (this run: {new.get('path')}, sha256 {str(new.get('sha256'))[:16]})")
         if old and new and old.get("sha256") != new.get("sha256"):
             return (f"{path}: the run was trained on {name} {old.get('path')} (sha256 {str(old.get('sha256'))[:16]}), "
                     f"not {new.get('path')} (sha256 {str(new.get('sha256'))[:16]})")
     return ""
+
+
+class RunMismatch(ValueError):
+    """A run directory or checkpoint that holds another run than the one asked for (exit 2 names the file)."""
+
+
+def check_resume(out: str | Path, checkpoint: str | Path, carried: Mapping[str, Any] | None,
+                 record: Mapping[str, Any]) -> None:
+    """Refuse (RunMismatch) to resume checkpoint `checkpoint` of run directory `out` as the run `record`:
+    unless the checkpoint carries a run record (`carried`), `out`'s run.json is there and is that record's
+    run, and both are the run asked for (`record_diff`). Nothing is read into the run or changed before."""
+    out, checkpoint = Path(out), Path(checkpoint)
+    run_file = out / RUN_FILE
+    fresh = f"Train into another --out, or delete {out} to train this run from scratch"
+    saved = read_record(out)
+    if saved is None:
+        raise RunMismatch(f"{checkpoint}: a checkpoint without its run record {run_file} (deleted?): which run it "
+                          f"holds cannot be checked, and resuming could mix two runs. {fresh}")
+    if carried is None:
+        raise RunMismatch(f"{checkpoint}: the checkpoint carries no run record (written by an older rtpo), so it "
+                          f"cannot be matched with {run_file}. {fresh}")
+    why = record_diff(run_file, saved, carried)
+    if why:
+        raise RunMismatch(f"{checkpoint} and {run_file} are not one run ({why.split(': ', 1)[1]}). {fresh}")
+    why = record_diff(run_file, saved, record)
+    if why:
+        raise RunMismatch(f"{why}; resuming would mix two runs. {fresh}")
 
 
 def read_record(run_dir: str | Path) -> dict[str, Any] | None:
@@ -168,5 +237,5 @@ def copy_run(src: str | Path, out: str | Path, key: Mapping[str, Any]) -> None:
     shutil.copyfile(src / "summary.json", out / "summary.json")
 
 
-__all__ = ["RUN_FILE", "file_sha256", "model_sha256", "code_version", "make_record", "record_diff", "read_record",
-           "write_record", "copy_run"]
+__all__ = ["RUN_FILE", "INPUTS", "file_sha256", "model_sha256", "code_version", "fingerprint", "stamp", "job_stamp",
+           "make_record", "record_diff", "RunMismatch", "check_resume", "read_record", "write_record", "copy_run"]

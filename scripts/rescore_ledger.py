@@ -7,7 +7,7 @@ A reference keeps the tables of a run, not the run itself, so the ledger cannot 
 report ledger` reads the runs' metrics.jsonl and eval files). Its claims.csv does keep every row's per-seed
 values, though, and its tables the levels a mapped effect needs: this script takes each empirical row's values
 as they are and applies the ledger's rules of today (rtpo.report.ledger: the paper's effect mapped to our scale
-by ledger.paper_effect, the kinds, rows that cannot be scored, training dynamics of runs that do not learn, the
+by claims.claim.paper_effect, the kinds, rows that cannot be scored, training dynamics of runs that do not learn, the
 Benjamini-Hochberg family). Rows whose quantity changed (GRPO's geometric ratio) or that are new (GRPO's KL
 recovery, SeeUPO's jitter against GRPO's) need the runs: they are listed, not scored. Prints the counts by
 kind and verdict and one line per empirical row that is decided; the numbers of a full run are the ledger's.
@@ -23,11 +23,14 @@ from pathlib import Path
 import pandas as pd
 
 from rtpo.report import ledger as L
-from rtpo.report.paper_reference import PAPER
+from rtpo.report.claims import claim as C
+from rtpo.report.claims import consistency, group_size
+from rtpo.report.claims.verdicts import evaluate_family
+from rtpo.report.paper_reference import PAPER, PAPER_COL, PaperFigure
 from rtpo.report.stats import KIND_EMPIRICAL, KIND_STRUCTURAL, VERDICTS
 
 # rows the ledger now builds as structural (their construction: ledger.BY_DESIGN_*)
-NOW_STRUCTURAL = {"F.2-seeupo-jitter": L.BY_DESIGN_JITTER, "G.2-G2-degenerate": L.BY_DESIGN_G2}
+NOW_STRUCTURAL = {"F.2-seeupo-jitter": consistency.BY_DESIGN_JITTER, "G.2-G2-degenerate": group_size.BY_DESIGN_G2}
 QUANTITY_CHANGED = ("4.2-ratio-grpo-",)          # ratio_mean -> geo_ratio: needs the runs
 NEW_ROWS = ("F.2-recovery-grpo-math", "F.2-recovery-grpo-search", "F.2-seeupo-jitter-grpo")
 # training dynamics of RTPO's airline runs (ledger: learned = learns(res, airline, rtpo))
@@ -72,7 +75,7 @@ def level(tables: Path, table: str, where: dict, scale: float) -> float:
 
 
 def errors_level(tables: Path) -> float:
-    """GRPO's tool-error calls per trajectory (ledger._errors_per_traj): calls per trajectory x (1 - success)."""
+    """GRPO's tool-error calls per trajectory (claims.airline._errors_per_traj): calls per trajectory x (1 - success)."""
     df = pd.read_csv(tables / "table09_airline_tools.csv")
     df = df[df.method == "grpo"].set_index("metric")
     calls = [float(x) for x in str(df.loc["tool_calls_per_traj", "values"]).split(";")]
@@ -86,7 +89,7 @@ def rtpo_airline_learns(tables: Path) -> bool | None:
     return None if r.empty else bool(float(r.ci95_lo.iloc[0]) > 0)
 
 
-def claim_of(r: pd.Series, tables: Path, learned: bool | None) -> L.Claim | None:
+def claim_of(r: pd.Series, tables: Path, learned: bool | None) -> C.Claim | None:
     cid = r["claim_id"]
     if cid.startswith(QUANTITY_CHANGED):
         return None
@@ -104,20 +107,20 @@ def claim_of(r: pd.Series, tables: Path, learned: bool | None) -> L.Claim | None
         if m:                                                    # the 4.1 rows: mapped then as now
             kw.update(effect=float(m.group(1)), effect_basis=m.group(2))
         elif cid in AS_IS:
-            kw.update(L.paper_effect(PAPER[AS_IS[cid]], r["unit"]))
+            kw.update(C.paper_effect(PAPER[AS_IS[cid]], r["unit"]))
         elif cid in LEVEL:
             key, table, where, scale, label = LEVEL[cid]
-            kw.update(L.paper_effect(PAPER[key], r["unit"], level(tables, table, where, scale), label))
+            kw.update(C.paper_effect(PAPER[key], r["unit"], level(tables, table, where, scale), label))
         elif cid == "G.1-tool-errors":
-            kw.update(L.paper_effect(PAPER["airline_tool_errors"], "calls", errors_level(tables), "GRPO"))
+            kw.update(C.paper_effect(PAPER["airline_tool_errors"], "calls", errors_level(tables), "GRPO"))
         if cid.startswith(DYNAMICS):
             kw["learned"] = learned
         if cid.startswith("G.1-online-") or cid == "G.1-late-decline":
             # one task of the 16-task probe at one of its readings in the window (steps 3, 7, ..., 19, 21 of 22)
             kw["resolution"] = 100 / (16 * (4 if cid.startswith("G.1-online-") else 2))
     rule = "equivalence" if r["rule"] == "equivalence" else "direction"
-    eq = dict(center=1.0, margin=L.RATIO_MARGIN) if rule == "equivalence" else {}
-    return L.Claim(cid, L.PaperFigure(r["source"], r[L.PAPER_COL]), r["claim"], r["quantity"], r["unit"], values,
+    eq = dict(center=1.0, margin=consistency.RATIO_MARGIN) if rule == "equivalence" else {}
+    return C.Claim(cid, PaperFigure(r["source"], r[PAPER_COL]), r["claim"], r["quantity"], r["unit"], values,
                    rule=rule, sign=sign, evidence=r["evidence"], kind=kind, **eq, **kw)
 
 
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     claims = [claim_of(r, a.tables, learned) for _, r in seeded.iterrows()]
     skipped = [c for c, cl in zip(seeded.claim_id, claims) if cl is None]
     kept = [cl for cl in claims if cl is not None]
-    rows = L.evaluate_family(kept)
+    rows = evaluate_family(kept)
     theory = old[old.rule == "theory-check"].to_dict("records")
     new = pd.DataFrame([*rows, *theory], columns=[*L.LEDGER_COLUMNS, "timing"]).drop(columns="timing")
     before = dict(zip(old.claim_id, old.verdict))

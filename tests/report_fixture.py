@@ -212,12 +212,15 @@ def eval_doc(rng: random.Random, method: str, task: str, seed: int, k: int, n: i
 
 
 def recompute_pass1(doc: dict[str, Any]) -> None:
-    """Set every benchmark's and the overall pass@1 to the mean of per_problem's successes / samples."""
+    """Set every benchmark's and the overall pass@1 to the mean of per_problem's successes / samples, and its
+    pass@k (k = the samples) to the share of problems solved at least once, as rtpo.evaluate computes them
+    (the report refuses an eval JSON whose pass@1 disagrees with its problems, or whose pass@k is below it)."""
     ps = doc["per_problem"]
-    for b, d in doc["benchmarks"].items():
-        mine = [p for p in ps if p["benchmark"] == b]
+    k = doc["k"]
+    for d, mine in [*((d, [p for p in ps if p["benchmark"] == b]) for b, d in doc["benchmarks"].items()),
+                    (doc["overall"], ps)]:
         d["pass@1"] = sum(p["successes"] / p["samples"] for p in mine) / len(mine)
-    doc["overall"]["pass@1"] = sum(p["successes"] / p["samples"] for p in ps) / len(ps)
+        d[f"pass@{k}"] = sum(p["successes"] > 0 for p in mine) / len(mine)
 
 
 def _write_run(run: Path, rng: random.Random, method: str, task: str, seed: int, steps: int, **kw: Any) -> None:

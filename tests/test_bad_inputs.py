@@ -24,7 +24,8 @@ import pytest
 
 from rtpo.cli import main as rtpo_main
 from rtpo.inputs import MAX_ROW_BYTES, CorruptFileError, RowError, jsonl_lines, nonfinite, read_json, read_jsonl
-from rtpo.report.load import load_results, read_eval_json, read_eval_problems, read_metrics_jsonl
+from rtpo.report.load import load_results
+from rtpo.report.read import read_eval_json, read_eval_problems, read_metrics_jsonl
 from tests.report_fixture import fixture_config, make_results_tree, write_config
 
 try:
@@ -110,7 +111,7 @@ def test_step_must_be_a_whole_number(tmp_path, step):
 
 def test_numeric_dict_that_is_not_an_object_is_rejected(tmp_path):
     p = _metrics(tmp_path, '{"step": 0, "tokens": [1, 2]}')   # was an AttributeError
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: field 'tokens' is not an object of numbers"):
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: field 'tokens' must be an object or null, got \[1, 2\]"):
         read_metrics_jsonl(p)
 
 
@@ -156,10 +157,10 @@ def test_eval_json_top_level_not_an_object_is_named(tmp_path, text, kind):
             read(e)
 
 
-@pytest.mark.parametrize("benchmarks", [[1], "x", 3, None])
+@pytest.mark.parametrize("benchmarks", [[1], "x", 3, None, {}])
 def test_eval_json_benchmarks_not_an_object(tmp_path, benchmarks):
     e = _eval(tmp_path, {**EVAL_OK, "benchmarks": benchmarks})
-    with pytest.raises(ValueError, match=r"seed0\.json: field 'benchmarks' must be a non-empty object"):
+    with pytest.raises(ValueError, match=r"seed0\.json: field 'benchmarks' must be (an|a non-empty) object"):
         read_eval_json(e)
 
 
@@ -175,8 +176,8 @@ def test_eval_json_nonfinite_metric_is_named(tmp_path, where, metrics, field):
 
 
 @pytest.mark.parametrize("metrics, msg", [([0.5], r"field 'benchmarks\.b' must be an object"),
-                                          ({"pass@2": 1}, r"benchmarks\.b lacks 'pass@1'"),
-                                          ({"pass@1": [1]}, r"benchmarks\.b\.pass@1 is not a number")])
+                                          ({"pass@2": 1}, r"missing field 'benchmarks\.b\.pass@1'"),
+                                          ({"pass@1": [1]}, r"field 'benchmarks\.b\.pass@1' is not a number")])
 def test_eval_json_bad_benchmark_entry(tmp_path, metrics, msg):
     e = _eval(tmp_path, {**EVAL_OK, "benchmarks": {"b": metrics}})
     with pytest.raises(ValueError, match=rf"seed0\.json: {msg}"):
@@ -186,7 +187,7 @@ def test_eval_json_bad_benchmark_entry(tmp_path, metrics, msg):
 @pytest.mark.parametrize("k", [None, "2", 0, 1.5, True, [2], 1e999])
 def test_eval_json_k_must_be_a_whole_number(tmp_path, k):
     e = _eval(tmp_path, json.dumps({**EVAL_OK, "k": k}).replace("Infinity", "1e999"))
-    with pytest.raises(ValueError, match=r"seed0\.json: field 'k"):
+    with pytest.raises(ValueError, match=r"seed0\.json: (field 'k'|k is 0, outside \[1, inf\))"):
         read_eval_json(e)
 
 

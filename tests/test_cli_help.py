@@ -46,7 +46,7 @@ def test_train_and_evaluate_show_choices_from_the_cards_and_the_schema(capsys):
     assert "--method {" + ",".join(CARDS) + "}" in out
     assert "--task {math,search,airline}" in out
     assert "--engine {local,verl}" in out and "None" not in out
-    assert "(default: results/models/base)" in out
+    assert "(default: the run's, e.g. results/models/base)" in out   # the run's inputs (rtpo.experiment)
     out = " ".join(_help(capsys, "evaluate").split())
     assert "--engine {local,verl}" in out and "{" + ",".join(CARDS) + "}" in out
 

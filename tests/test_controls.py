@@ -87,12 +87,15 @@ JITTER = [0.001, -0.001, 0.0005, 0.0]   # per seed (fractions): a spread, so an 
 
 
 def plant_pass1(path, value: float) -> None:
-    """Set every benchmark's and the pooled pass@1 of one eval JSON to `value`."""
+    """Set every benchmark's and the pooled pass@1 of one eval JSON to `value` (pass@k at least as high, and no
+    per-problem values: the report refuses a pass@1 its problems contradict, rtpo.report.read.check_eval)."""
     import json
 
     doc = json.loads(path.read_text())
+    doc.pop("per_problem", None)
     for b in [*doc["benchmarks"].values(), doc["overall"]]:
         b["pass@1"] = value
+        b.update({k: max(v, value) for k, v in b.items() if k.startswith("pass@") and k != "pass@1"})
     path.write_text(json.dumps(doc, indent=1, sort_keys=True))
 
 

@@ -73,12 +73,15 @@ def test_arms_that_equal_the_main_grid_copy_its_runs(cpu):
     trained, reused = {c.key for c in d.trained_cells()}, {c.key for c in d.reused_cells()}
     assert trained | reused == set(d.cell_by_key) and not trained & reused
     # every arm runs the ablation seeds, a copied one as copies of the main runs of those seeds (the ledger
-    # adds the main grid's other seeds: rtpo.report.ledger.with_main_seeds)
+    # adds the main grid's other seeds: rtpo.report.claims.claim.with_main_seeds)
     assert d.cell_by_key["sync/per_stage/search/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert d.cell_by_key["group_size/G2/airline/rtpo"].seeds == tuple(cpu["ablations"]["seeds"])
     assert set(cpu["ablations"]["seeds"]) < set(cpu["seeds"])   # the CPU default has main seeds beyond them
-    assert d.reused_runs()["sync/per_stage/search/rtpo/seed2"] == ("search", "rtpo", 2)
-    assert d.cell("sync/per_stage/search/rtpo/eval_seed1").key == "sync/per_stage/search/rtpo"
+    copied = d.copied_runs["sync/per_stage/search/rtpo/seed2"]
+    assert copied.copy_of == experiment.RunKey("main", "", "search", "rtpo", 2)
+    assert copied.key == experiment.RunKey("sync", "per_stage", "search", "rtpo", 2)
+    assert d.copied_evals["sync/per_stage/search/rtpo/eval_seed1"].copy_of.eval_file() == \
+        "results/eval/search/rtpo/seed1.json"
     cfg = copy.deepcopy(cpu)
     cfg["ablations"]["reuse_main_runs"] = False
     assert dag.Dag(cfg).reused_cells() == []
@@ -164,20 +167,27 @@ def test_data_fingerprint_is_what_the_data_job_reads(cpu, tmp_path, monkeypatch)
     assert (tmp_path / "experts.jsonl").read_text().count("\n") == cfg["sft"]["demos_per_task"]
 
 
+def _stamp(cfg, method: str, task: str) -> str:
+    """The job stamp of a main run (every seed's is the same): rtpo.run_record.job_stamp of its identity."""
+    return dag.Dag(cfg).experiment.select("main", task=task, method=method)[0].stamp
+
+
 def test_train_stamp_follows_upstream_settings(cpu):
-    d = dag.Dag(cpu)
-    stamp = d.train_stamp("grpo", "math")
-    assert stamp == d.train_stamp("grpo", "math")
+    stamp = _stamp(cpu, "grpo", "math")
+    run = dag.Dag(cpu).experiment.select("main", task="math", method="grpo")[0]
+    from rtpo.run_record import job_stamp
+
+    assert stamp == run.stamp == job_stamp(run.identity)
     for path, value in (("sft.imperfection", 0.5), ("method.grpo.per_task.math.chains", 4),
                         ("method.grpo.lr", 1e-3), ("env.math.max_turns", 2)):
         c = copy.deepcopy(cpu)
         set_path(c, f"{path}={value}")
-        assert dag.Dag(c).train_stamp("grpo", "math") != stamp, path
+        assert _stamp(c, "grpo", "math") != stamp, path
     for path, value in (("model.threads", 7),                     # speed only
                         ("method.grpo.per_task.airline.chains", 4)):  # another task's budget
         c = copy.deepcopy(cpu)
         set_path(c, f"{path}={value}")
-        assert dag.Dag(c).train_stamp("grpo", "math") == stamp, path
+        assert _stamp(c, "grpo", "math") == stamp, path
 
 
 def test_gpu_rules_and_cross_references(cpu):
@@ -230,18 +240,34 @@ def test_effective_config_is_named_by_its_content(cpu):
 
 
 def test_train_shell_names_the_params_the_rules_give():
-    fields = {"params.stamp", "params.config", "params.method", "params.task", "params.seeds", "params.out",
-              "input.model", "input.train", "params.sets", "params.key", "params.logs", "log.job"}
+    fields = {"params.config", "params.method", "params.task", "params.seeds", "params.out",
+              "input.model", "input.train", "params.key", "params.logs", "log.job"}
     import string
 
     used = {f for _, f, _, _ in string.Formatter().parse(dag.TRAIN_SHELL) if f}
     assert used == fields
-    shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(stamp="s", config="c", method="m", task="t", seeds="0 1",
-                                                                sets=dag.set_args(["a.b=1 2"]), out="'o/seed{seed}'",
+    shell = dag.TRAIN_SHELL.format(params=types.SimpleNamespace(config="c", method="m", task="t", seeds="0 1",
+                                                                out="'o/seed{seed}'",
                                                                 key=dag.key_args("sync", "kl-0.01"),
                                                                 logs="--log 'l/seed{seed}.log'"),
                                    input=types.SimpleNamespace(model="M", train="T"), log=types.SimpleNamespace(job="L"))
     assert shell.startswith("exec rtpo train ")   # the job's process is rtpo itself: it gets Slurm's SIGTERM
-    assert ("--seed 0 1 --model M --train-file T --set 'a.b=1 2' --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
-            "--stamp s --log 'l/seed{seed}.log' > L 2>&1") in shell
+    # the run's --set overrides come from its key (rtpo.experiment), not the command line
+    assert ("--seed 0 1 --model M --train-file T --scope sync --variant kl-0.01 --out 'o/seed{seed}' "
+            "--job-guard --log 'l/seed{seed}.log' > L 2>&1") in shell
     assert dag.key_args("main") == "--scope main"
+
+
+def test_the_rules_call_the_pipeline_without_an_alias_layer_or_a_key_built_by_hand():
+    """common.smk re-exported ~40 names of the DAG (`run_settings = PIPELINE.run_settings`, ...), so a rule was
+    three hops from the code it ran, and built the run key of a copied arm's run.json by hand. The rules call
+    PIPELINE (rtpo.dag.Dag) and the modules dag / experiment directly, and a copied arm's key is its Run's."""
+    import re
+
+    root = Path(__file__).resolve().parent.parent / "workflow"
+    common = (root / "rules" / "common.smk").read_text()
+    name = r"(?:PIPELINE|dag|experiment)\.[\w.]+"   # a name of the DAG, not a call of it
+    aliases = re.findall(rf"^\w[\w, ]* = \(?\s*{name}\b(?!\()[^\n]*$|^\s+{name},?\s*(?:#.*)?$", common, re.M)
+    assert not aliases, aliases
+    for f in [root / "Snakefile", *sorted((root / "rules").glob("*.smk"))]:
+        assert not re.search(r"[\"']scope[\"']\s*:", f.read_text()), f"{f} builds a run key by hand"

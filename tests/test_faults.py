@@ -279,11 +279,13 @@ def test_sigterm_saves_a_checkpoint_and_exits_143(setup, server, reference, tmp_
 # several seeds of one cell in one process (rtpo train --seed 0 1 --out .../seed{seed})
 # ------------------------------------------------------------------------------------------------
 
-def seeds_argv(d: Path, pattern: str, seeds=(0, 1), stamp: str | None = None) -> list[str]:
+def seeds_argv(d: Path, pattern: str, seeds=(0, 1), guard: bool = False, *sets: str) -> list[str]:
+    """`rtpo train` of `seeds` into `pattern`; guard: as a DAG job (`--job-guard`: the runs' stamps, from their
+    run.json); sets: `--set` overrides."""
     argv = train_argv(d, Path(pattern))
     i = argv.index("--seed")
     argv[i + 1:i + 2] = [str(s) for s in seeds]
-    return argv + (["--stamp", stamp] if stamp else [])
+    return argv + (["--job-guard"] if guard else []) + [x for s in sets for x in ("--set", s)]
 
 
 @pytest.fixture(scope="module")
@@ -300,9 +302,9 @@ def seed1_alone(setup, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_seeds(setup, server, tmp_path_factory):
-    """Seeds 0 and 1 of the cell in one process, as a DAG job runs them (--stamp, per-seed logs)."""
+    """Seeds 0 and 1 of the cell in one process, as a DAG job runs them (--job-guard, per-seed logs)."""
     root = tmp_path_factory.mktemp("two_seeds")
-    argv = seeds_argv(setup, str(root / "seed{seed}"), stamp="s1") + ["--log", str(root / "logs" / "seed{seed}.log")]
+    argv = seeds_argv(setup, str(root / "seed{seed}"), guard=True) + ["--log", str(root / "logs" / "seed{seed}.log")]
     r = server.run(argv, root / "trace", root / "job.log", delay=0.0)
     assert r["rc"] == 0, (root / "job.log").read_text()[-3000:]
     return root
@@ -316,33 +318,36 @@ def test_seeds_in_one_process_equal_each_seed_alone(two_seeds, reference, seed1_
     for s in (0, 1):   # each seed's own log names it; the job's log holds both
         log = (two_seeds / "logs" / f"seed{s}.log").read_text()
         assert f"seed{s}" in log and f"seed{1 - s}:" not in log and f"train rtpo/airline/seed{1 - s}" not in log
-        assert (two_seeds / f"seed{s}" / ".rtpo-job").read_text().split() == ["s1", "complete"]
+        stamp = json.loads((two_seeds / f"seed{s}" / "run.json").read_text())["stamp"]   # the job stamp: run.json's
+        assert (two_seeds / f"seed{s}" / ".rtpo-job").read_text().split() == [stamp, "complete"]
     assert "seed 1 (2 of 2)" in (two_seeds / "job.log").read_text()
 
 
 @pytest.mark.slow
 def test_sigkill_in_a_multi_seed_job_then_rerun_resumes_every_seed(setup, server, two_seeds, tmp_path):
-    """A two-seed job SIGKILLed in seed 1's first step, rerun with the same stamp (Snakemake's rerun of
-    the failed job): seed 0 resumes from its last checkpoint (no step is trained again) and seed 1
-    from scratch; both end as the uninterrupted job's. A rerun with another stamp (settings changed)
-    trains every seed from scratch."""
+    """A two-seed job SIGKILLed in seed 1's first step, rerun as the same job (Snakemake's rerun of the failed
+    job: the same runs, the same stamps): seed 0 resumes from its last checkpoint (no step is trained again)
+    and seed 1 from scratch; both end as the uninterrupted job's. A rerun whose stamp differs (an input made
+    under other settings: the base model's SFT) trains every seed from scratch."""
     ref = {s: snapshot(two_seeds / f"seed{s}") for s in (0, 1)}
     root = tmp_path / "job"
     trace = tmp_path / "trace"
     kill = {"signal": "KILL", "after": "summary-end", "delay": 0.3}   # seed 0 done: seed 1 has begun
-    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s1"), trace, tmp_path / "killed.log",
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), guard=True), trace, tmp_path / "killed.log",
                    kill=kill, delay=0.0)
     assert r["rc"] == -signal.SIGKILL, (tmp_path / "killed.log").read_text()[-3000:]
-    assert (root / "seed0" / ".rtpo-job").read_text().split() == ["s1", "running"]  # the job did not finish
+    stamp = json.loads((root / "seed0" / "run.json").read_text())["stamp"]
+    assert (root / "seed0" / ".rtpo-job").read_text().split() == [stamp, "running"]  # the job did not finish
     rerun = tmp_path / "trace-rerun"
-    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s1"), rerun, tmp_path / "rerun.log", delay=0.0)
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), guard=True), rerun, tmp_path / "rerun.log", delay=0.0)
     assert r["rc"] == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     for s in (0, 1):
         assert_same_result(root / f"seed{s}", ref[s], f"seed {s} after a killed two-seed job")
     begun = [e for _, e in read_trace(rerun) if e.startswith("step-begin")]
     assert len(begun) <= STEPS, begun   # seed 0 was not trained again
     fresh = tmp_path / "trace-fresh"
-    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), stamp="s2"), fresh, tmp_path / "fresh.log", delay=0.0)
+    r = server.run(seeds_argv(setup, str(root / "seed{seed}"), (0, 1), True, "sft.imperfection=0.5"), fresh,
+                   tmp_path / "fresh.log", delay=0.0)
     assert r["rc"] == 0
     assert [e for _, e in read_trace(fresh) if e.startswith("step-begin")] == [f"step-begin {i}" for i in range(STEPS)] * 2
 

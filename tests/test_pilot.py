@@ -87,9 +87,9 @@ def test_what_a_pilot_job_measured(tmp_path):
 
 def _pilot_file(tmp_path, cfg, **over) -> str:
     """A pilot file of config/paper.yaml: rtpo/math measured (its stamp: this config's), math's evaluation."""
-    from rtpo.experiment import Experiment
+    from rtpo.experiment import MAIN, Experiment, RunKey
 
-    stamp = Experiment(with_defaults(cfg)).train_stamp("rtpo", "math")
+    stamp = Experiment(with_defaults(cfg)).run_for(RunKey(MAIN, "", "math", "rtpo", 0)).stamp
     cell = {"cell": "rtpo/math", "stamp": stamp, "gpus": 8, "startup_s": 1200.0, "step_s": 1500.0, "save_s": 240.0,
             "load_s": 300.0, "memory": {"peak_gib": 76.5, "ranks": []}, **over}
     ev = {"task": "math", "gpus": 4, "startup_s": 600.0, "trajectories_per_gpu_s": 0.1, "eval_trajectories": 10372}

@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from rtpo.cli import main as rtpo_main
-from rtpo.report.load import load_results, read_eval_json, read_metrics_jsonl, select_window
+from rtpo.report.load import load_results, select_window
+from rtpo.report.read import read_eval_json, read_metrics_jsonl
 from rtpo.report.stats import (
     INCONCLUSIVE, KIND_STRUCTURAL, NOT_REPRODUCED, NOT_RUN, OPPOSITE_SIGN, REPRODUCED, VERDICTS, direction_verdict,
     equivalence_verdict,
@@ -341,7 +342,7 @@ def _group_size_results(default_g: int, values=(2, 3, 4)):
 
 
 def test_group_size_builder_compares_the_default_g_with_the_next_larger():
-    from rtpo.report.ledger import group_size
+    from rtpo.report.claims.group_size import group_size
 
     claims = {c.id: c for c in group_size(_group_size_results(default_g=3))}
     assert list(claims) == ["G.2-zero-adv", "G.2-pass1", "G.2-inference-tokens", "G.2-wallclock", "G.2-train-tokens",
@@ -365,7 +366,7 @@ def test_group_size_builder_compares_the_default_g_with_the_next_larger():
 
 
 def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
-    from rtpo.report.ledger import policy_drift
+    from rtpo.report.claims.policy_drift import policy_drift
 
     cfg = {"tasks": ["search"], "methods": ["rtpo"], "seeds": [0, 1],
            "ablations": {"seeds": [0, 1], "continuation": {"task": "search", "values": ["on_policy", "off_policy"]}}}
@@ -388,7 +389,7 @@ def test_policy_drift_builder_is_on_minus_off_policy_output_hit():
 
 
 def test_consistency_builder_tests_the_ratio_against_the_papers_level():
-    from rtpo.report.ledger import RATIO_MARGIN, consistency
+    from rtpo.report.claims.consistency import RATIO_MARGIN, consistency
 
     cfg = {"tasks": ["math"], "methods": ["grpo", "rtpo"], "seeds": [0, 1], "env": {"math": {"psi": "qwen3"}}}
     steps = [{"scope": "main", "variant": "", "task": "math", "method": m, "seed": s, "step": i,
@@ -646,7 +647,7 @@ def test_tables_do_not_depend_on_timings(tree, tmp_path):
 
 
 def test_problem_summary_and_per_problem_input(tmp_path):
-    from rtpo.report.load import read_eval_problems
+    from rtpo.report.read import read_eval_problems
     from rtpo.report.stats import paired_cells, problem_summary
 
     cells = {0: {"a": {"p1": 1.0, "p2": 0.0}, "b": {"p3": 0.5, "p4": 0.5, "p5": 1.0}},
@@ -661,10 +662,12 @@ def test_problem_summary_and_per_problem_input(tmp_path):
     d = paired_cells(cells, {0: {"a": {"p1": 0.0}}, 1: {"a": {"p1": 0.5, "p9": 1.0}}})
     assert d == {0: {"a": {"p1": 1.0}}, 1: {"a": {"p1": 0.0}}}
     e = tmp_path / "seed0.json"
-    e.write_text(json.dumps({"per_problem": [{"id": "x", "benchmark": "b", "successes": 5, "samples": 4}]}))
-    with pytest.raises(ValueError, match=r"seed0\.json: per_problem\[0\]: successes 5 / samples 4"):
+    doc = {"task": "math", "method": "rtpo", "seed": 0, "k": 4, "benchmarks": {"b": {"pass@1": 0.5}},
+           "overall": {"pass@1": 0.5}}
+    e.write_text(json.dumps({**doc, "per_problem": [{"id": "x", "benchmark": "b", "successes": 5, "samples": 4}]}))
+    with pytest.raises(ValueError, match=r"seed0\.json: per_problem\[0\]: successes 5 > samples 4"):
         read_eval_problems(e)
-    e.write_text(json.dumps({"task": "math"}))
+    e.write_text(json.dumps(doc))   # an eval JSON written before per_problem existed
     assert read_eval_problems(e) == []
 
 
@@ -783,7 +786,7 @@ def test_one_table_by_name_writes_just_its_files_as_the_full_report_does(tree, t
     """`rtpo report tables --only NAME` (the named Snakemake targets): the builder's tables, byte for byte as
     the full report writes them, and no other file; the names are rtpo.experiment's, in the registry's order;
     an unknown name fails with exit 2 naming it and the known ones."""
-    from rtpo.experiment import TABLE_NAMES
+    from rtpo.report.table_names import TABLE_NAMES
     from rtpo.report.tables import TABLES
 
     assert tuple(fn.__name__ for fn in TABLES) == TABLE_NAMES

@@ -13,7 +13,7 @@ from rtpo.envs.base import Task
 from rtpo.envs.toy_env import LastTurnEnv
 from rtpo.methods.advantages import sibling_advantages
 from rtpo.methods.rtpo import RTPO
-from rtpo.report.load import flatten_step
+from rtpo.report.read import flatten_step
 from rtpo.rollout import Roller, Start
 from tests.helpers import tiny
 

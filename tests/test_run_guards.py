@@ -83,7 +83,7 @@ def test_two_trainers_on_one_out_the_second_is_refused_and_the_first_finishes(se
 
 
 def test_a_killed_holder_does_not_block_the_rerun(tmp_path):
-    from rtpo.atomic import Busy, exclusive
+    from rtpo.atomic import Busy, exclusive, lock_holder
 
     run = tmp_path / "run"
     holder = _holder(run)
@@ -91,8 +91,8 @@ def test_a_killed_holder_does_not_block_the_rerun(tmp_path):
         pass
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=30)
-    with exclusive(run) as lf:  # the kernel released it with the process
-        assert lf.read_text().strip() == str(os.getpid())
+    with exclusive(run) as locked:  # the kernel released it with the process
+        assert lock_holder(locked) == os.getpid()
         with exclusive(run):  # re-entrant within one process (train_seeds, then train of one seed)
             pass
     with exclusive(run):  # and released after the outermost block
@@ -185,7 +185,7 @@ def test_jsonl_is_strict_json(tmp_path):
 def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     """Before the run guards, `rtpo train --method grpo` on an rtpo run's --out resumed its checkpoint: step 0
     rtpo, steps 1-2 grpo, and the summary said grpo."""
-    from rtpo.checkpoints import CheckpointError
+    from rtpo.run_record import RunMismatch
     from rtpo.train import train
 
     d, cfg = setup
@@ -201,7 +201,7 @@ def test_resume_of_another_run_is_refused_saying_what_differs(setup, change):
     else:
         other["method"]["rtpo"]["group_size"] = 3
         want = r"run\.json: the run was trained with other settings \(differ in: method\)"
-    with pytest.raises(CheckpointError, match=want):
+    with pytest.raises(RunMismatch, match=want):
         train(method, "airline", other, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
     assert (out / "metrics.jsonl").read_text() == before  # nothing changed
     # the same run with more steps resumes (extending a finished run is allowed)
@@ -255,6 +255,78 @@ def test_shorter_rerun_of_a_finished_run_is_refused(setup):
     assert (out / "summary.json").read_text() == before and read_record(out)["steps"]["completed"] == 2
 
 
+def _tree(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["run.json deleted", "run.json without inputs"])
+def test_a_checkpoint_without_its_run_json_is_refused_naming_both(setup, damage):
+    """A run whose run.json was deleted (or lost its `inputs`) after it stopped resumed on another train file
+    at exit 0, mixing two data sets: the checkpoint's own identity held no data hash, and run.json was
+    compared only where it had one. The checkpoint carries run.json now, and a resume without a matching one
+    is refused, naming the checkpoint and the run.json; nothing changes."""
+    from rtpo.train import train
+
+    d, cfg = setup
+    out = d / f"no-record-{damage.split()[-1]}"
+    short = json.loads(json.dumps(cfg))
+    short["train"]["steps"] = 1
+    train("rtpo", "airline", short, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    if damage == "run.json deleted":
+        (out / "run.json").unlink()
+    else:
+        rec = json.loads((out / "run.json").read_text())
+        rec.pop("inputs")
+        (out / "run.json").write_text(json.dumps(rec))
+    other = d / "other-train-2.jsonl"
+    lines = (d / "data" / "train.jsonl").read_text().splitlines(keepends=True)
+    other.write_text("".join(lines[2:] + lines[:2]))   # another data set of the same task
+    before = _tree(out)
+    ck = out / "checkpoint" / "step-00000000"
+    with pytest.raises(ValueError, match=rf"{ck}.*{out / 'run.json'}") as e:
+        train("rtpo", "airline", cfg, 0, out, d / "model", other, progress=False)
+    assert "train_file" in str(e.value) or "without its run record" in str(e.value)
+    assert _tree(out) == before
+
+
+def test_a_rerun_with_the_steps_of_a_killed_runs_checkpoint_is_refused(setup, monkeypatch):
+    """A 4-step run with a held-out probe every 2 steps, stopped by SIGTERM after step 2 (checkpoint: steps
+    0-2, the probe at step 1 only), rerun with train.steps=3: before, it resumed at its last step, ran
+    nothing and ended as "3 of 3" without the last step's probe (the report then took step 1's probe as the
+    last). It is refused now, changing nothing; the same 4-step run resumes and ends with the probes an
+    uninterrupted run takes (steps 1 and 3)."""
+    import rtpo.train as train_mod
+    from rtpo.signals import Stopped, StopOnSigterm
+    from rtpo.train import train
+
+    d, cfg = setup
+    four = json.loads(json.dumps(cfg))
+    four["train"].update(steps=4, heldout_prompts=1, heldout_every=2)
+    out = d / "killed"
+    stop = StopOnSigterm()   # the flag a SIGTERM sets (not installed: set by hand in step 2)
+    real = train_mod.check_finite
+
+    def sigterm_during_step_2(rec, engine, step, *a):
+        real(rec, engine, step, *a)
+        stop.requested = stop.requested or step == 2
+
+    monkeypatch.setattr(train_mod, "check_finite", sigterm_during_step_2)
+    with pytest.raises(Stopped):
+        train("rtpo", "airline", four, 0, out, d / "model", d / "data" / "train.jsonl", progress=False, stop=stop)
+    monkeypatch.undo()
+    recs = _records(out / "metrics.jsonl")
+    assert [r["step"] for r in recs] == [0, 1, 2] and [r["step"] for r in recs if "heldout_success" in r] == [1]
+    three = json.loads(json.dumps(four))
+    three["train"]["steps"] = 3
+    before = _tree(out)
+    with pytest.raises(ValueError, match=r"held-out probe at steps \[1\]; a 3-step run takes it at steps \[1, 2\]"):
+        train("rtpo", "airline", three, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    assert _tree(out) == before and not (out / "summary.json").exists()
+    train("rtpo", "airline", four, 0, out, d / "model", d / "data" / "train.jsonl", progress=False)
+    recs = _records(out / "metrics.jsonl")
+    assert [r["step"] for r in recs if "heldout_success" in r] == [1, 3]
+
+
 def test_a_symlinked_out_takes_its_targets_lock(tmp_path):
     """Two writers of one run directory by two names (the directory and a link to it) both ran before: one
     exited 0 with steps [0, 0, 1, 1, 2, 3, 4, 5]. The lock is the resolved path's."""
@@ -275,6 +347,46 @@ def test_a_symlinked_out_takes_its_targets_lock(tmp_path):
         holder.wait(timeout=30)
     with exclusive(link):   # released with the holder
         pass
+
+
+BIND = """
+import subprocess, sys
+from rtpo.atomic import Busy, exclusive
+src, mnt, path = sys.argv[1:4]
+r = subprocess.run(["mount", "--bind", src, mnt], capture_output=True, text=True)
+if r.returncode:
+    print("NO-MOUNT", r.stderr.strip()); sys.exit(0)
+try:
+    with exclusive(path, "training into"):
+        print("LOCKED")
+except Busy as e:
+    print("BUSY", e)
+"""
+
+
+@pytest.mark.parametrize("mount", ["the run directory", "its parent"])
+def test_a_bind_mounted_run_directory_meets_the_same_lock(tmp_path, mount):
+    """A bind mount of the run directory used as --out got around the writer lock: the lock file beside each
+    path was another file, so two writers trained into one directory (duplicated records). The lock is the
+    directory's own now (the kernel keys it by device and inode), so every path to it meets the same one."""
+    real = tmp_path / "runs" / "seed0"
+    real.mkdir(parents=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    src, path = (real, mnt) if mount == "the run directory" else (real.parent, mnt / "seed0")
+    holder = _holder(real)
+    try:
+        # a mount namespace of its own (unshare -rm: no privilege needed), so nothing stays mounted
+        r = subprocess.run(["unshare", "-rm", sys.executable, "-c", BIND, str(src), str(mnt), str(path)], cwd=ROOT,
+                           env=_env(), capture_output=True, text=True, timeout=120)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) here: cannot make a bind mount without privileges")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    if r.returncode != 0 or r.stdout.startswith("NO-MOUNT"):
+        pytest.skip(f"this machine refuses an unprivileged bind mount: {r.stdout.strip()} {r.stderr.strip()[-300:]}")
+    assert r.stdout.startswith("BUSY") and f"pid {holder.pid}" in r.stdout, r.stdout + r.stderr
 
 
 # ------------------------------------------------------------------------------ a model that fits the config

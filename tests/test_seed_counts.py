@@ -100,7 +100,7 @@ def test_study_seeds_replace_the_ablation_seeds_for_their_arms():
     assert arms["sync/interval-2/search/rtpo"] == (0,)
     # the on-policy twin copies the main runs of all four seeds (the main cell has them), no retrain
     assert d.reused["continuation/on_policy/search/rtpo"] == ("search", "rtpo")
-    assert {k for k in d.reused_runs() if k.startswith("continuation/")} == \
+    assert {k for k in d.copied_runs if k.startswith("continuation/")} == \
         {f"continuation/on_policy/search/rtpo/seed{s}" for s in range(4)}
     jobs = d.ablation_seed_jobs("ablation_train")
     by_rule = {j.rule: (j.seeds, j.wildcard_constraints["cell"]) for j in jobs}
@@ -175,6 +175,7 @@ def test_a_paired_row_pairs_the_seeds_both_cells_have(tmp_path):
     """RTPO at 5 seeds on math and search, GRPO at 3: RTPO − GRPO pairs seeds 0-2 (n = 3); RTPO − Vanilla,
     both at 5, pairs all five."""
     from rtpo.report import ledger
+    from rtpo.report.claims.verdicts import evaluate_claim
     from rtpo.report.load import load_results
 
     counts = {t: {"rtpo": 5, "vanilla": 5} for t in ("math", "search")}
@@ -183,9 +184,9 @@ def test_a_paired_row_pairs_the_seeds_both_cells_have(tmp_path):
     res = load_results(tmp_path / "results", cfg)
     assert sorted(res.eval_macro_by_seed(["math", "search"], "rtpo", "pass@1")) == [0, 1, 2, 3, 4]
     claims = {c.id: c for c in ledger.build_claims(res)}
-    row = ledger.evaluate_claim(claims["4.1-grpo"])
+    row = evaluate_claim(claims["4.1-grpo"])
     assert row["n"] == 3 and row["seeds"] == "0;1;2"
-    row = ledger.evaluate_claim(claims["4.1-vanilla"])
+    row = evaluate_claim(claims["4.1-vanilla"])
     assert row["n"] == 5 and row["seeds"] == "0;1;2;3;4"
 
 
@@ -193,6 +194,7 @@ def test_a_study_left_out_gives_not_run_rows(tmp_path):
     """No ablations.sync: the ledger's G.6 row and tableG6_sync say "not run in this config", and the table's
     own target (rtpo report tables --only tableG6_sync) writes it rather than failing."""
     from rtpo.report import ledger
+    from rtpo.report.claims.verdicts import evaluate_claim
     from rtpo.report.cli import run_report
     from rtpo.report.load import load_results
     from rtpo.report.tables_studies import tableG6_sync
@@ -205,9 +207,9 @@ def test_a_study_left_out_gives_not_run_rows(tmp_path):
     assert "sync" not in res.studies
     g6 = [c for c in ledger.build_claims(res) if c.id.startswith("G.6")]
     assert [c.id for c in g6] == ["G.6-acc"]
-    row = ledger.evaluate_claim(g6[0])
+    row = evaluate_claim(g6[0])
     # counted apart (not inconclusive: nothing ran), and no unrelated "not run" list (the deep-search one) added
-    row_nr = ledger.evaluate_claim(g6[0], not_run={"search": {"gaia"}})
+    row_nr = evaluate_claim(g6[0], not_run={"search": {"gaia"}})
     assert row["verdict"] == NOT_RUN and row["n"] == 0 and "not run in this config" in row["note"]
     assert "gaia" not in row_nr["note"]
     counts = ledger.verdict_counts(pd.DataFrame([row]))

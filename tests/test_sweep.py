@@ -76,8 +76,13 @@ def test_sweep_cells_keys_arms_and_budgets():
                                                               for p in ("qwen3", "full", "truncate:1")}
     assert arms[(3, "truncate:1", "rtpo")] == arms[(3, "qwen3", "grpo_tis")] == ARM_OPTIONAL
     exp = Experiment(cfg)
+
+    def run(e, c):   # the Run of a cell's first seed (its settings, inputs and stamp are every seed's)
+        return e.run(RunKey("sweep", c.variant, "search", c.method, c.seeds[0]))
+
     for c in cells:
-        s = exp.sweep_run_settings(c)
+        s = run(exp, c).settings
+        assert run(exp, c).inputs.train_file == f"results/sweep/data/h{c.hops}/train.jsonl"
         assert s["psi"] == c.psi and s["env"]["max_turns"] == c.hops + cfg["sweep"]["extra_turns"]
         if c.method in ("grpo", "grpo_tis"):
             assert s["method"]["chains"] == {2: 7, 3: 10, 4: 11}[c.hops] == sweep_budget(cfg, c.hops)
@@ -93,12 +98,12 @@ def test_sweep_cells_keys_arms_and_budgets():
     third = _constructed_sweep(rtpo_trajectories={"h2": 7.4, "h3": 8.4, "h4": 10.6})
     e2, e3 = Experiment(other), Experiment(third)
     for c in cells:
-        assert (exp.sweep_train_stamp(c) != e2.sweep_train_stamp(e2.sweep_by_key[c.key])) == (c.method != "vanilla")
-        assert (exp.sweep_train_stamp(c) != e3.sweep_train_stamp(e3.sweep_by_key[c.key])) == \
+        assert (run(exp, c).stamp != run(e2, c).stamp) == (c.method != "vanilla")
+        assert (run(exp, c).stamp != run(e3, c).stamp) == \
                (c.hops == 3 and c.method in ("grpo", "grpo_tis"))
     # the optional arms change none of the contrast's runs (the sweep base model reads the contrast's psi only)
     bare = Experiment(_constructed_sweep(optional={}))
-    assert all(bare.sweep_train_stamp(c) == exp.sweep_train_stamp(exp.sweep_by_key[c.key]) for c in bare.sweep)
+    assert all(run(bare, c).stamp == run(exp, c).stamp for c in bare.sweep)
     # the data of horizon K: K-hop questions, max_turns K + extra_turns, the sweep's sizes
     d = exp.sweep_data_settings(3)
     assert d["data"]["hops"] == 3 and d["data"]["n_eval"] == cfg["sweep"]["n_eval"] >= 200
@@ -155,7 +160,7 @@ def test_sweep_target_dry_run_lists_every_cell(tmp_path):
 
 
 def test_the_no_rl_arm_does_not_train_and_is_evaluated(tmp_path):
-    """`rtpo train` of a no-RL cell (the sweep's sets, as the DAG passes them) takes no step: no step records,
+    """`rtpo train` of a no-RL cell (by its key, as a DAG job: the run brings the cell's sets) takes no step: no step records,
     run.json planned = completed = 0, final/ holds the sweep base model's weights; `rtpo evaluate` then scores
     it on the K-hop questions."""
     import torch
@@ -186,7 +191,7 @@ def test_the_no_rl_arm_does_not_train_and_is_evaluated(tmp_path):
     out = tmp_path / "run"
     assert rtpo_main(["train", "--config", str(tmp_path / "c.yaml"), "--method", "vanilla", "--task", "search",
                       "--seed", "0", "--model", str(tmp_path / "sweep_base"), "--train-file", str(files["train"]),
-                      *sets, "--scope", "sweep", "--variant", cell.variant, "--out", str(out)]) == 0
+                      "--scope", "sweep", "--variant", cell.variant, "--out", str(out)]) == 0
     record = json.loads((out / "run.json").read_text())
     assert record["steps"] == {"planned": 0, "completed": 0} and record["key"]["variant"] == "h2/psi-qwen3"
     assert record["settings"]["psi"] == "qwen3"
@@ -216,7 +221,8 @@ def _plant(results: Path, cfg: dict, pass1, kl=lambda k, psi, m, s: 0.0, traj=No
             if c.method != "vanilla":
                 run = results / c.run_dir(s).removeprefix("results/")
                 run.mkdir(parents=True, exist_ok=True)
-                chains = exp.sweep_run_settings(c)["method"].get("chains")
+                r = exp.run(RunKey("sweep", c.variant, "search", c.method, s))
+                chains = r.settings["method"].get("chains")
                 t = traj(c.hops, c.psi, c.method, s) if traj else (
                     chains or cfg["sweep"]["rtpo_trajectories"][f"h{c.hops}"])
                 cont = 1.5 if c.method == "rtpo" else 0.0
@@ -226,6 +232,8 @@ def _plant(results: Path, cfg: dict, pass1, kl=lambda k, psi, m, s: 0.0, traj=No
                          "rollouts": {"trunk": 1.0, "continuation": cont}, "train_version": adam * (i + 1)}
                         for i in range(3)]
                 (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+                (run / "run.json").write_text(json.dumps({"key": r.key.as_dict(), "copy_of": None, "settings": r.settings,
+                                                          "steps": {"planned": 3, "completed": 3}}))
             p = pass1(c.hops, c.psi, c.method, s)
             out = results / c.eval_file(s).removeprefix("results/")
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -514,3 +522,25 @@ def test_a_sweep_without_the_no_rl_arm_says_its_learning_is_not_shown(tmp_path):
     md = (tmp_path / "tables" / "sweep_horizon.md").read_text()
     assert "no untrained arm (sweep.no_rl is false)" in md and "shown in" not in md
     assert "rtpo[qwen3] — (no untrained arm)" in _claims(tmp_path)["sweep-interaction-grpo-qwen3-h2"]["note"]
+
+
+def test_a_sweep_run_is_a_run_like_any_other():
+    """A sweep run's settings, evaluation settings and stamp came from a family of its own
+    (sweep_run_settings, sweep_eval_settings, sweep_train_stamp, beside run_settings) through `scope ==
+    SWEEP` branches of Run. Every run carries its inputs now, so one run_settings serves every scope: a sweep
+    run's are run_settings of its method, task and sets, its stamp job_stamp of its identity, its inputs its
+    horizon's data and the sweep base model."""
+    from rtpo.run_record import job_stamp
+
+    cfg = load_config(ROOT / "config" / "smoke.yaml")
+    exp = Experiment(cfg)
+    assert not any(hasattr(exp, f) for f in ("sweep_run_settings", "sweep_eval_settings", "sweep_train_stamp"))
+    for r in exp.select("sweep"):
+        assert r.settings == exp.run_settings(r.method, r.task, r.sets)
+        assert r.eval_settings == exp.eval_settings(r.method, r.task, r.sets)
+        assert r.stamp == job_stamp(r.identity)
+        hops = exp.sweep_cell(r.key).hops
+        assert (r.inputs.train_file, r.inputs.base_model) == (f"results/sweep/data/h{hops}/train.jsonl",
+                                                              "results/sweep/models/base")
+        assert r.identity["inputs"]["train_file"]["settings"] == exp.sweep_data_settings(hops)
+

@@ -177,19 +177,20 @@ def test_wandb_logs_offline_a_run_named_by_its_key_with_run_json_as_config(input
     cfg = json.loads(json.dumps(cfg))
     cfg["logging"] = {"backends": ["console", "wandb"]}
     cfg["train"]["steps"] = 1
+    cfg["ablations"]["sync"]["task"] = "airline"  # the study's arms on the task the tiny inputs have
     out = d / "sync-wandb"
-    train("grpo", "airline", cfg, 0, out, d / "model", d / "data/train.jsonl", progress=False, scope="sync",
+    train("rtpo", "airline", cfg, 0, out, d / "model", d / "data/train.jsonl", progress=False, scope="sync",
           variant="interval-2")
     assert "wandb offline" in capsys.readouterr().err
     recs = _wandb_records(out)
     run = next(r.run for r in recs if r.WhichOneof("record_type") == "run")
-    assert (run.display_name, run.run_group, run.project) == ("sync/interval-2/airline/grpo/seed0", "sync", "rtpo")
-    assert set(run.tags) == {"airline", "grpo", "interval-2"}
+    assert (run.display_name, run.run_group, run.project) == ("sync/interval-2/airline/rtpo/seed0", "sync", "rtpo")
+    assert set(run.tags) == {"airline", "rtpo", "interval-2"}
     config = {u.key: json.loads(u.value_json) for r in recs if r.WhichOneof("record_type") in ("run", "config")
               for u in (r.run.config.update if r.WhichOneof("record_type") == "run" else r.config.update)}
     saved = json.loads((out / "run.json").read_text())
     assert config["rtpo"]["run"]["key"] == saved["key"] == {"scope": "sync", "variant": "interval-2",
-                                                            "task": "airline", "method": "grpo", "seed": 0}
+                                                            "task": "airline", "method": "rtpo", "seed": 0}
     assert config["rtpo"]["run"]["settings"] == saved["settings"]
     history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
                for r in recs if r.WhichOneof("record_type") == "history"]

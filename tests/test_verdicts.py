@@ -14,7 +14,12 @@ import pandas as pd
 import pytest
 
 from rtpo.report import ledger
-from rtpo.report.ledger import Claim, evaluate_claim, theory_rows, verdict_counts
+from rtpo.report.claims import claim as cl
+from rtpo.report.claims import verdicts
+from rtpo.report.claims.claim import Claim
+from rtpo.report.claims.theorems import theory_rows
+from rtpo.report.claims.verdicts import evaluate_claim
+from rtpo.report.ledger import verdict_counts
 from rtpo.report.paper_reference import PAPER
 from rtpo.report.stats import (
     AGAINST_CONSTRUCTION, BY_CONSTRUCTION, INCONCLUSIVE, KIND_DERIVATION, KIND_EMPIRICAL, KIND_IMPLEMENTATION,
@@ -106,8 +111,8 @@ def test_tight_interval_around_zero_excludes_a_3pp_paper_effect():
     assert row["verdict"] == NO_EFFECT and row["expected"] == "> 0; paper's effect +3 pp (mapped so)"
     # no mapped effect: the stated minimal effect of the unit
     row = evaluate_claim(_claim([-0.4, 0.3, 0.1, -0.2, 0.2], sign=-1))
-    assert row["expected"] == f"< 0; paper's effect −{ledger.MIN_EFFECT['pp']:g} pp (no paper figure mapped to our " \
-        f"scale: minimal effect {ledger.MIN_EFFECT['pp']:g} pp)"
+    assert row["expected"] == f"< 0; paper's effect −{cl.MIN_EFFECT['pp']:g} pp (no paper figure mapped to our " \
+        f"scale: minimal effect {cl.MIN_EFFECT['pp']:g} pp)"
     assert row["verdict"] == NO_EFFECT
     k = verdict_counts(pd.DataFrame([row]))
     assert k[(KIND_EMPIRICAL, NO_EFFECT)] == 1 and k["effect excluded"] == 1 and k["empirical decided"] == 1
@@ -186,46 +191,46 @@ def test_the_verdicts_use_the_adjusted_p_values():
     assert alone["ci95_lo"] > 0 and alone["verdict"] == REPRODUCED and alone["p_zero_bh"] == alone["p_zero"]
     nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(4)], id=f"null{i}", effect=1.0,
                     effect_basis="b") for i in range(15)]
-    rows = ledger.evaluate_family([marginal, *nulls])
+    rows = verdicts.evaluate_family([marginal, *nulls])
     r = rows[0]
     assert r["p_zero"] == alone["p_zero"] and r["p_zero_bh"] > 0.05
     assert r["verdict"] == INCONCLUSIVE                   # its interval still excludes 0: adjusted, not enough
     # a row far from 0 survives the same family; a structural row is not in it
     strong = _claim([5.0, 5.2, 4.9, 5.1], id="strong", effect=1.0, effect_basis="b")
     struct = _claim([5.0, 5.2, 4.9, 5.1], id="s", kind=KIND_STRUCTURAL, construction="c")
-    rows = ledger.evaluate_family([strong, struct, *nulls])
+    rows = verdicts.evaluate_family([strong, struct, *nulls])
     assert rows[0]["verdict"] == REPRODUCED and math.isnan(rows[1]["p_zero_bh"])
 
 
 def test_the_papers_figure_maps_to_our_scale():
     # a relative gain at our baseline's level (pp of pass@1)
-    m = ledger.paper_effect(PAPER["gain_vs_grpo"], "pp", ledger._level({0: 0.13, 1: 0.142}, 100), "GRPO")
+    m = cl.paper_effect(PAPER["gain_vs_grpo"], "pp", cl.mean_level({0: 0.13, 1: 0.142}, 100), "GRPO")
     assert m["effect"] == pytest.approx(0.215 * 13.6)
     assert "+21.5 % relative × GRPO's 13.6 % (our mean) = 2.92 pp" in m["effect_basis"]
     # a figure already in the row's unit (a percent change) maps as it is
-    m = ledger.paper_effect(PAPER["airline_tps_vs_grpo"], "%")
+    m = cl.paper_effect(PAPER["airline_tps_vs_grpo"], "%")
     assert m["effect"] == pytest.approx(56.0) and "the same unit" in m["effect_basis"]
     row = evaluate_claim(_claim([-3.0, -6.2, -2.4, -2.8], unit="%", sign=-1, **m))
     assert row["verdict"] == SMALLER and "paper's effect −56 %" in row["expected"]
     # percentage points without levels: as they are, only in a pp row
-    assert ledger.paper_effect(PAPER["on_policy_gain"], "pp")["effect"] == pytest.approx(4.0)
-    assert ledger.paper_effect(PAPER["on_policy_gain"], "tokens") == {}
+    assert cl.paper_effect(PAPER["on_policy_gain"], "pp")["effect"] == pytest.approx(4.0)
+    assert cl.paper_effect(PAPER["on_policy_gain"], "tokens") == {}
     # a rate whose two levels the paper gives maps as its odds ratio (57.63 -> 89.16 %: x6.05), never past 100 %
-    m = ledger.paper_effect(PAPER["airline_exec_success"], "pp", 80.0, "GRPO")
+    m = cl.paper_effect(PAPER["airline_exec_success"], "pp", 80.0, "GRPO")
     odds = (89.16 / 10.84) / (57.63 / 42.37)
     assert m["effect"] == pytest.approx(100 * 4 * odds / (1 + 4 * odds) - 80.0) and m["effect"] < 20.0
     assert "odds ratio 6.05" in m["effect_basis"]
     # a rate without the paper's levels cannot gain beyond its headroom; counts beyond what their cap leaves
-    m = ledger.paper_effect(PAPER["gain_vs_vanilla"], "pp", 80.0, "Vanilla")
+    m = cl.paper_effect(PAPER["gain_vs_vanilla"], "pp", 80.0, "Vanilla")
     assert m["effect"] == pytest.approx(20.0) and "headroom" in m["effect_basis"]
-    m = ledger.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO", cap=6)
+    m = cl.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO", cap=6)
     assert m["effect"] == pytest.approx(6 - 2.19) and "its cap leaves (6 − 2.19)" in m["effect_basis"]
-    assert ledger.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO")["effect"] == pytest.approx(2.19 * 2.065)
-    assert ledger.paper_effect(PAPER["airline_length"], "tokens", 74.3, "T")["effect"] == \
+    assert cl.paper_effect(PAPER["search_calls"], "calls", 2.19, "GRPO")["effect"] == pytest.approx(2.19 * 2.065)
+    assert cl.paper_effect(PAPER["airline_length"], "tokens", 74.3, "T")["effect"] == \
         pytest.approx(74.3 * (1 - 1688.8 / 2538.2))
     # no figure, or no level to carry a relative one: the row falls back to the stated minimal effect
-    assert ledger.paper_effect(PAPER["beats_arpo"], "pp", 10.0, "ARPO") == {}
-    assert ledger.paper_effect(PAPER["airline_length"], "tokens") == {}
+    assert cl.paper_effect(PAPER["beats_arpo"], "pp", 10.0, "ARPO") == {}
+    assert cl.paper_effect(PAPER["airline_length"], "tokens") == {}
 
 
 def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeypatch):
@@ -234,9 +239,9 @@ def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeyp
 
     def fetch(scope, variant):
         return data.get((scope, variant), {})
-    monkeypatch.setattr(ledger, "main_twin", lambda res, st, v, m: v == "G4")
-    assert ledger.with_main_seeds(None, study, "G4", "rtpo", fetch) == {0: 0.9, 1: 0.91, 2: 0.92}
-    assert ledger.with_main_seeds(None, study, "G3", "rtpo", fetch) == {}
+    monkeypatch.setattr(cl, "main_twin", lambda res, st, v, m: v == "G4")
+    assert cl.with_main_seeds(None, study, "G4", "rtpo", fetch) == {0: 0.9, 1: 0.91, 2: 0.92}
+    assert cl.with_main_seeds(None, study, "G3", "rtpo", fetch) == {}
     # whether an arm is the main grid's is what its runs' run.json say (copy_of), not a guess from the config
     monkeypatch.undo()
     from rtpo.experiment import RunKey
@@ -245,10 +250,10 @@ def test_an_ablation_arm_of_the_main_configuration_takes_every_main_seed(monkeyp
     arm = RunKey("group_size", "G4", "airline", "rtpo", 0)
     res = Results(None, {}, pd.DataFrame(), pd.DataFrame(), None, {},
                   records={arm: {"key": arm.as_dict(), "copy_of": {**arm.as_dict(), "scope": "main", "variant": ""}}})
-    assert ledger.main_twin(res, study, "G4", "rtpo") is True
+    assert cl.main_twin(res, study, "G4", "rtpo") is True
     res.records[arm]["copy_of"] = None
-    assert ledger.main_twin(res, study, "G4", "rtpo") is False
-    assert ledger.main_twin(Results(None, {}, pd.DataFrame(), pd.DataFrame(), None, {}), study, "G4", "rtpo") is False
+    assert cl.main_twin(res, study, "G4", "rtpo") is False
+    assert cl.main_twin(Results(None, {}, pd.DataFrame(), pd.DataFrame(), None, {}), study, "G4", "rtpo") is False
 
 
 # ------------------------------------------------------------------ theory rows
@@ -323,10 +328,10 @@ def test_a_rate_maps_the_same_whichever_side_is_expressed():
     trunc = PAPER["airline_truncation"]
     term = replace(trunc, levels=(52.5, 57.5), change=100 * (57.5 / 52.5 - 1))
     for ours in (7.0, 30.0, 93.0):
-        a = ledger.paper_effect(trunc, "pp", ours, "Tree-GRPO")["effect"]
-        b = ledger.paper_effect(term, "pp", 100 - ours, "Tree-GRPO")["effect"]
+        a = cl.paper_effect(trunc, "pp", ours, "Tree-GRPO")["effect"]
+        b = cl.paper_effect(term, "pp", 100 - ours, "Tree-GRPO")["effect"]
         assert a == pytest.approx(b, rel=1e-12) and 0 < a < min(ours, 100 - ours)
-    assert ledger.paper_effect(PAPER["no_terminal"], "pp", 12.0, "R")["effect"] == pytest.approx(12.0)   # to 0 %
+    assert cl.paper_effect(PAPER["no_terminal"], "pp", 12.0, "R")["effect"] == pytest.approx(12.0)   # to 0 %
 
 
 # ------------------------------------------------------------------ the rule the family cannot bend
@@ -346,7 +351,7 @@ def test_an_adjusted_verdict_is_never_more_favourable_than_its_raw_interval(sign
             mu, sd, n = rng.uniform(-4, 6), rng.uniform(0.2, 3), rng.randint(2, 6)
             fam.append(_claim([rng.gauss(mu, sd) for _ in range(n)], id=f"r{trial}-{i}", sign=sign,
                               effect=rng.uniform(0.5, 5), effect_basis="b"))
-        rows = ledger.evaluate_family(fam)
+        rows = verdicts.evaluate_family(fam)
         for c, r in zip(fam, rows):
             raw = evaluate_claim(c)["verdict"]
             assert FAVOUR[r["verdict"]] <= FAVOUR[raw], (c.values, raw, r["verdict"])
@@ -365,11 +370,11 @@ def test_the_paper_size_test_is_never_adjusted():
     assert alone["ci95_hi"] < 5.73 and alone["verdict"] == SMALLER
     nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(4)], id=f"n{i}", effect=1.0, effect_basis="b")
              for i in range(20)]
-    assert ledger.evaluate_family([row, *nulls])[0]["verdict"] == SMALLER
+    assert verdicts.evaluate_family([row, *nulls])[0]["verdict"] == SMALLER
     # wrong side, significant alone, not once adjusted: "opposite sign", not "no effect of the paper's size"
     wrong = _claim([-5.6, -1.2, -9.8, -3.9, -7.5], id="g1", effect=33.8, effect_basis="b")
     assert evaluate_claim(wrong)["verdict"] == NOT_REPRODUCED
-    adj = ledger.evaluate_family([wrong, *nulls])[0]
+    adj = verdicts.evaluate_family([wrong, *nulls])[0]
     assert adj["p_zero_bh"] >= 0.05 and adj["verdict"] == OPPOSITE_SIGN
 
 
@@ -392,7 +397,7 @@ def test_each_family_is_adjusted_on_its_own(tmp_path):
     nulls = [_claim([0.3 * (-1) ** (i + j) + 0.01 * j for j in range(5)], id=f"n{i}", effect=1.0, effect_basis="b")
              for i in range(6)]
     trivial = [_claim([9.0 + 0.1 * j + i for j in range(5)], id=f"t{i}", effect=1.0, effect_basis="b",
-                      family=ledger.FAMILY_UNTRAINED if i % 2 else ledger.FAMILY_LEVEL) for i in range(6)]
+                      family=cl.FAMILY_UNTRAINED if i % 2 else cl.FAMILY_LEVEL) for i in range(6)]
     claims = [marginal, *nulls, *trivial]
     res = SimpleNamespace(not_run={})
     old = ledger.build_claims, ledger.theory_rows
@@ -404,5 +409,5 @@ def test_each_family_is_adjusted_on_its_own(tmp_path):
     finally:
         ledger.build_claims, ledger.theory_rows = old
     assert df.loc["cmp", "p_zero_bh"] == pytest.approx(alone.loc["cmp", "p_zero_bh"])
-    assert df.loc["t1", "family"] == ledger.FAMILY_UNTRAINED and df.loc["t0", "family"] == ledger.FAMILY_LEVEL
-    assert df.loc["cmp", "family"] == ledger.FAMILY_COMPARISON
+    assert df.loc["t1", "family"] == cl.FAMILY_UNTRAINED and df.loc["t0", "family"] == cl.FAMILY_LEVEL
+    assert df.loc["cmp", "family"] == cl.FAMILY_COMPARISON

@@ -1189,7 +1189,7 @@ def test_vanilla_on_verl_writes_the_local_files(verl_run_light, tmp_path):
                                  train_file=str(data))
     assert train_verl(args, cfg) == 0
     assert sorted(p.name for p in local.iterdir()) == ["final", "run.json", "summary.json"]
-    # on verl, run.json is written by `rtpo train` around train_verl (cli.verl_run_record), not by train_verl
+    # on verl, run.json is written by `rtpo train` around train_verl (rtpo.verl_ext.train), not by train_verl
     assert sorted(p.name for p in verl.iterdir()) == ["final", "summary.json"]
     a, b = (json.loads((d / "summary.json").read_text()) for d in (local, verl))
     assert b.pop("engine") == "verl"

@@ -162,7 +162,7 @@ def test_dry_run_of_every_config(wf, name):
 def test_each_paper_table_is_a_target_of_its_own(wf):
     """`snakemake table10_group_size` runs that table's rule (and what it needs), not the report; `all`
     does not run the named rules (the tables rule writes the same files)."""
-    from rtpo.experiment import TABLE_NAMES
+    from rtpo.report.table_names import TABLE_NAMES
 
     r = run_snakemake(wf, "-n", "table10_group_size", "--configfile", "config/smoke.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -240,7 +240,7 @@ def test_seed_group_jobs_train_and_evaluate_several_seeds(wf):
     assert job["output"].split(", ")[:2] == ["results/runs/math/rtpo/seed3/summary.json",
                                              "results/runs/math/rtpo/seed4/summary.json"]
     shell = re.search(r"exec rtpo train .*--method rtpo --task math --seed 3 4 .*", r.stdout).group(0)
-    assert "--out 'results/runs/math/rtpo/seed{seed}'" in shell and "--stamp " in shell
+    assert "--out 'results/runs/math/rtpo/seed{seed}'" in shell and "--job-guard" in shell
     assert "--log 'results/logs/train/math/rtpo/seed{seed}.log' > results/logs/train/math/rtpo/seeds3-4.job.log" in shell
 
 

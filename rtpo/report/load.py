@@ -16,11 +16,14 @@ rtpo.experiment's docstring; the theory checks are results/theory/theory_checks.
   theory theory_checks.csv as a DataFrame (None if absent);
   missing the expected files that were absent (the tables leave those cells out and say so).
 Scope is "main" for the main runs and the study name for ablations; variant is "" for main runs.
+
+Each file is read and checked by rtpo.report.read (one schema per kind of file, and what a schema cannot
+say: a run's records are the steps its run.json says it completed, an eval JSON agrees with itself); here,
+which files are read, and that every eval JSON of a task reports the same benchmarks (`check_benchmarks`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,18 +33,8 @@ import numpy as np
 import pandas as pd
 
 from rtpo.experiment import MAIN, Experiment, RunKey, Study
-from rtpo.run_record import RUN_FILE, read_record
-
-STEP_REQUIRED = ("step",)
-# JSONL fields that must be numbers (or null); nested dicts tokens/time/trunks are all numeric.
-# Unknown string fields (e.g. "psi") are kept as strings.
-STEP_NUMERIC = ("step", "seed", "reward_mean", "success_rate", "heldout_success", "heldout_reward", "context_overflow", "ratio_mean", "kl_rollout_train", "zero_adv_frac",
-                "geo_ratio", "abs_dlogp", "clip_share",
-                "trained_tokens", "generated_tokens", "rollouts_per_prompt", "tool_calls", "tool_errors", "syncs", "loss", "grad_norm",
-                "lr", "weight_version", "train_version")
-STEP_NUMERIC_DICTS = ("tokens", "time", "trunks")
-EVAL_REQUIRED = ("task", "method", "seed", "k", "benchmarks", "overall")
-THEORY_COLUMNS = ("check", "paper_claim", "quantity", "closed_form", "monte_carlo", "tolerance", "holds", "note")
+from rtpo.report.read import check_run, read_eval, read_metrics_jsonl, read_not_run, read_theory
+from rtpo.run_record import RUN_FILE
 
 
 def ablation_studies(cfg: dict[str, Any]) -> dict[str, Study]:
@@ -52,251 +45,6 @@ def ablation_studies(cfg: dict[str, Any]) -> dict[str, Study]:
 def report_keys(cfg: dict[str, Any]) -> list[RunKey]:
     """The runs the report reads: the experiment's main grid and ablation arms (the sweep has its own report)."""
     return [r.key for r in Experiment(cfg).report_runs()]
-
-
-# ------------------------------------------------------------------------------------------------
-# readers
-# ------------------------------------------------------------------------------------------------
-
-def _num(x: Any, name: str | None = None) -> float:
-    """JSON scalar -> float (None -> nan: not measured); bools count as 0/1. A value that is not a
-    number raises TypeError; a non-finite one (NaN / Infinity, a number beyond a float's range: the
-    writers put null for "not measured") raises ValueError, either naming the field `name`."""
-    if x is None:
-        return math.nan
-    if isinstance(x, (bool, int, float)):
-        try:
-            v = float(x)
-        except OverflowError:
-            v = math.inf
-        if not math.isfinite(v):
-            raise ValueError(f"field {name!r} is not finite: {_short(x)}" if name else f"not finite: {_short(x)}")
-        return v
-    raise TypeError(f"field {name!r} is not a number: {_short(x)}" if name else f"not a number: {_short(x)}")
-
-
-def flatten_step(rec: dict[str, Any]) -> dict[str, Any]:
-    """One JSONL record -> flat scalars. Nested dicts become `parent_child`; `turns` is kept as
-    its count (`turns_n`) because per-turn lists do not fit one row; the per-turn `mismatch` records become
-    `mismatch_k<k>_<field>` (e.g. mismatch_k2_geo_ratio); any other list of numbers
-    (one value per stage, e.g. RTPO kl:tau's `sync_kl`) as its largest value (`sync_kl_max`, nan
-    when empty). A value that should be a number and is not raises TypeError, one that is not finite
-    ValueError, naming the field."""
-    flat: dict[str, Any] = {}
-    for key, val in rec.items():
-        if key == "turns":
-            if val is not None and not isinstance(val, list):
-                raise TypeError(f"field 'turns' is not a list: {_short(val)}")
-            flat["turns_n"] = float(len(val or []))
-        elif key == "mismatch":   # per turn index k: {"k", "tokens", "geo_ratio", ...} -> mismatch_k<k>_<field>
-            if val is not None and not isinstance(val, list):
-                raise TypeError(f"field 'mismatch' is not a list of per-turn records: {_short(val)}")
-            for d in val or []:
-                if not isinstance(d, dict) or not isinstance(d.get("k"), int) or isinstance(d["k"], bool):
-                    raise TypeError(f"field 'mismatch' is not a list of per-turn records: {_short(val)}")
-                for sub, v in d.items():
-                    if sub != "k":
-                        flat[f"mismatch_k{d['k']}_{sub}"] = _num(v, f"mismatch[k={d['k']}].{sub}")
-        elif key in STEP_NUMERIC_DICTS and val is not None and not isinstance(val, dict):
-            raise TypeError(f"field {key!r} is not an object of numbers: {_short(val)}")
-        elif isinstance(val, list):
-            vals = []
-            for i, v in enumerate(val):
-                try:
-                    vals.append(_num(v, f"{key}[{i}]"))
-                except TypeError:
-                    raise TypeError(f"field {key!r} is not a list of numbers: {_short(val)}") from None
-            flat[f"{key}_max"] = max(vals) if vals else math.nan
-        elif isinstance(val, dict):
-            for sub, v in val.items():
-                if isinstance(v, str) and key not in STEP_NUMERIC_DICTS:
-                    flat[f"{key}_{sub}"] = v
-                else:
-                    flat[f"{key}_{sub}"] = _num(v, f"{key}.{sub}")
-        elif isinstance(val, str) and key not in STEP_NUMERIC:
-            flat[key] = val
-        else:
-            flat[key] = _num(val, key)
-    tok = rec.get("tokens") or {}
-    total = float(sum(_num(v, f"tokens.{k}") for k, v in tok.items() if v is not None))
-    if not math.isfinite(total):
-        raise ValueError(f"field 'tokens' sums to a non-finite total: {_short(tok)}")
-    flat["tokens_total"] = total
-    return flat
-
-
-# a step is a whole number a float holds exactly (the tables cast it to int64)
-MAX_STEP = 2 ** 53
-
-
-def read_metrics_jsonl(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
-    """Read one metrics.jsonl; a bad line raises ValueError naming `path:line` and the field: a line
-    that is not UTF-8, over rtpo.inputs.MAX_ROW_BYTES, not a JSON object, a value that should be a
-    number and is not or is not finite (NaN, Infinity: the writers put null for "not measured"), a
-    step that is not a whole number >= 0, or that repeats or goes back (a run's records have strictly
-    increasing steps: a resumed run drops the records after its checkpoint before it appends)."""
-    from rtpo.inputs import jsonl_lines, loads, nonfinite
-
-    path = Path(path)
-    rows = []
-    first: dict[int, int] = {}   # step -> line
-    prev: tuple[int, int] | None = None   # (step, line) of the previous record
-    for i, line in jsonl_lines(path):
-        where = f"{path}:{i}"
-        try:
-            rec = loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}: not valid JSON ({e.msg})") from e
-        except ValueError as e:
-            raise ValueError(f"{where}: not valid JSON ({e})") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{where}: a record must be a JSON object")
-        bad = nonfinite(rec)   # NaN / Infinity tokens, 1e999: anywhere in the record, `turns` included
-        if bad:
-            raise ValueError(f"{where}: field {bad[0]!r} is not finite: {bad[1]!r} (step {_short(rec.get('step'))}; "
-                             "the writers put null for a value not measured)")
-        for key in STEP_REQUIRED:
-            if key not in rec:
-                raise ValueError(f"{where}: missing field {key!r}")
-        if expect is not None:
-            for key in ("task", "method", "seed"):
-                if key in rec and rec[key] != getattr(expect, key):
-                    raise ValueError(f"{where}: field {key!r} is {_short(rec[key])} but the path says "
-                                     f"{getattr(expect, key)!r}")
-        step = rec["step"]
-        if isinstance(step, float) and step.is_integer():
-            step = int(step)
-        if not (isinstance(step, int) and not isinstance(step, bool) and 0 <= step < MAX_STEP):
-            raise ValueError(f"{where}: field 'step' must be a whole number >= 0, got {_short(rec['step'])}")
-        try:
-            flat = flatten_step(rec)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{where}: {e}") from None
-        if step in first:
-            raise ValueError(f"{where}: field 'step': step {step} is duplicated (first at line {first[step]})")
-        if prev is not None and step < prev[0]:
-            raise ValueError(f"{where}: field 'step': step {step} is out of order (line {prev[1]} has step "
-                             f"{prev[0]}; steps must increase)")
-        first[step] = i
-        prev = (step, i)
-        flat["source"] = where
-        rows.append(flat)
-    return rows
-
-
-def _read_eval_doc(path: Path) -> dict[str, Any]:
-    """An eval JSON's top-level object (rtpo.inputs.read_json: strict UTF-8, no NaN tokens); errors
-    (ValueError) name the file."""
-    from rtpo.inputs import read_json
-
-    doc = read_json(path)
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: the top level must be a JSON object (an eval JSON), got "
-                         f"{type(doc).__name__} {_short(doc)}")
-    return doc
-
-
-def _short(v: Any, n: int = 60) -> str:
-    r = repr(v)
-    return r if len(r) <= n else r[:n] + "..."
-
-
-def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
-    """Read one eval JSON into rows (one per benchmark plus "overall"); errors (ValueError) name the
-    file and field: a file that is not UTF-8 or JSON, a top level that is not an object, `k` that is
-    not a whole number >= 1, `benchmarks` / `overall` that are not objects, a metric that is not a
-    number or not finite (null is kept as "not measured")."""
-    path = Path(path)
-    doc = _read_eval_doc(path)
-    for key in EVAL_REQUIRED:
-        if key not in doc:
-            raise ValueError(f"{path}: missing field {key!r}")
-    if expect is not None:
-        for key in ("task", "method", "seed"):
-            if doc[key] != getattr(expect, key):
-                raise ValueError(f"{path}: field {key!r} is {_short(doc[key])} but the path says "
-                                 f"{getattr(expect, key)!r}")
-    k = doc["k"]
-    if isinstance(k, float) and k.is_integer():
-        k = int(k)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"{path}: field 'k' must be a whole number >= 1, got {_short(doc['k'])}")
-    if not isinstance(doc["benchmarks"], dict) or not doc["benchmarks"]:
-        raise ValueError(f"{path}: field 'benchmarks' must be a non-empty object, got {_short(doc['benchmarks'])}")
-    rows = []
-    for bench, name, metrics in [*((b, f"benchmarks.{b}", m) for b, m in doc["benchmarks"].items()),
-                                 ("overall", "overall", doc["overall"])]:
-        if not isinstance(metrics, dict):
-            raise ValueError(f"{path}: field '{name}' must be an object of metrics, got {_short(metrics)}")
-        if "pass@1" not in metrics:
-            raise ValueError(f"{path}: {name} lacks 'pass@1'")
-        row: dict[str, Any] = {"benchmark": bench, "k": k, "source": str(path)}
-        for key, val in metrics.items():
-            try:
-                row[key] = _num(val)
-            except TypeError:
-                raise ValueError(f"{path}: {name}.{key} is not a number: {_short(val)}") from None
-            except ValueError:
-                raise ValueError(f"{path}: {name}.{key} is not finite: {_short(val)}") from None
-            check_range(path, f"{name}.{key}", key, row[key])
-        row["pass@k"] = row.get(f"pass@{k}", math.nan)
-        rows.append(row)
-    return rows
-
-
-# every eval metric is a count or a mean of counts (>= 0) but the reward, whose sign is the task's; these are
-# also fractions (<= 1): pass@k, hit / em / f1, and every *_rate
-FRACTIONS = ("hit", "em", "f1", "exact_match", "accuracy", "success")
-SIGNED = ("reward",)
-
-
-def check_range(path: Path, name: str, key: str, v: float) -> None:
-    """ValueError naming the file and the key when eval metric `key` is out of its range (NaN = not measured)."""
-    if math.isnan(v) or key in SIGNED:
-        return
-    fraction = key.startswith("pass@") or key.endswith("_rate") or key in FRACTIONS
-    if v < 0 or (fraction and v > 1):
-        raise ValueError(f"{path}: {name} is {v:g}, outside [0, {'1' if fraction else 'inf'})"
-                         f"{' (a fraction)' if fraction else ' (a count)'}")
-
-
-def read_eval_problems(path: Path) -> list[dict[str, Any]]:
-    """The eval JSON's `per_problem` list as rows (benchmark, problem, successes, samples, p = successes /
-    samples); [] when the file has none (eval JSONs written before it existed). Errors name the entry."""
-    path = Path(path)
-    doc = _read_eval_doc(path)
-    items = doc.get("per_problem")
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        raise ValueError(f"{path}: field 'per_problem' must be a list")
-    rows = []
-    for i, d in enumerate(items):
-        where = f"{path}: per_problem[{i}]"
-        if not isinstance(d, dict) or not {"id", "benchmark", "successes", "samples"} <= set(d):
-            raise ValueError(f"{where} needs id, benchmark, successes and samples")
-        n, c = d["samples"], d["successes"]
-        if not (isinstance(n, int) and isinstance(c, int) and not isinstance(n, bool) and not isinstance(c, bool)
-                and n >= 1 and 0 <= c <= n):
-            raise ValueError(f"{where}: successes {_short(c)} / samples {_short(n)} must be whole numbers, "
-                             "0 <= successes <= samples, samples >= 1")
-        rows.append({"benchmark": str(d["benchmark"]), "problem": str(d["id"]), "successes": c, "samples": n,
-                     "p": c / n})
-    return rows
-
-
-def read_theory(path: Path) -> pd.DataFrame:
-    try:
-        df = pd.read_csv(path, encoding="utf-8", encoding_errors="strict")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not UTF-8 ({e.reason} at byte offset {e.start})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise ValueError(f"{path}: not a readable CSV ({e})") from None
-    missing = [c for c in THEORY_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing columns {missing}")
-    df["holds"] = df["holds"].map(lambda v: str(v).strip().lower() in ("true", "1", "yes"))
-    return df
 
 
 # ------------------------------------------------------------------------------------------------
@@ -547,7 +295,7 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
         rdir = Path(key.run_dir(str(root)))
         mpath = rdir / "metrics.jsonl"
         recs = read_metrics_jsonl(mpath, key) if mpath.exists() else None
-        rec = check_run(rdir, key, None if recs is None else len(recs))
+        rec = check_run(rdir, key, recs)   # run.json, and the records it says the run completed
         if rec is not None:
             records[key] = rec
         elif (rdir / "summary.json").exists():
@@ -555,16 +303,17 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
         if recs is not None:
             step_rows += [{**r, **tag} for r in recs]
             inputs.append({"kind": "metrics", **tag, "path": str(mpath), "records": len(recs)})
-        elif training_steps(cfg, key.method, key.task) > 0:  # steps: 0 (vanilla) writes no records
+        elif rec is None and training_steps(cfg, key.method, key.task) > 0:  # steps: 0 (vanilla) writes no records
             missing.append(str(mpath))
         epath = Path(key.eval_file(str(root)))
         if epath.exists():
-            recs = read_eval_json(epath, key)
+            recs, problems = read_eval(epath, key)
             eval_rows += [{**r, **tag} for r in recs]
-            problem_rows += [{**r, **tag} for r in read_eval_problems(epath)]
+            problem_rows += [{**r, **tag} for r in problems]
             inputs.append({"kind": "eval", **tag, "path": str(epath), "records": len(recs)})
         else:
             missing.append(str(epath))
+    check_benchmarks(eval_rows)
     theory = None
     tpath = root / "theory" / "theory_checks.csv"
     if tpath.exists():
@@ -585,42 +334,21 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
                    not_run=read_not_run(root, cfg), records=records)
 
 
-def check_run(run_dir: Path, key: RunKey, n_records: int | None = None) -> dict[str, Any] | None:
-    """The run record (run.json) of the run `key` in `run_dir`, checked against what the report reads; None
-    when the run has none. Refused (ValueError naming the file): a record of another run than its path says,
-    and a short run: one whose metrics.jsonl holds fewer step records than run.json says it completed, or
-    that completed fewer steps than it planned (a finished run's summary would hide the missing steps).
-    n_records: the records of its metrics.jsonl (counted here when None)."""
-    path = Path(run_dir) / RUN_FILE
-    rec = read_record(run_dir)
-    if rec is None:
-        return None
-    if rec["key"] != key.as_dict():
-        raise ValueError(f"{path}: field 'key' is {_short(rec['key'], 200)}, but the path says {key.as_dict()}")
-    done, planned = rec["steps"]["completed"], rec["steps"]["planned"]
-    if n_records is None:
-        mpath = Path(run_dir) / "metrics.jsonl"
-        n_records = len(read_metrics_jsonl(mpath, key)) if mpath.exists() else 0
-    if n_records < done:
-        raise ValueError(f"{Path(run_dir) / 'metrics.jsonl'}: holds {n_records} step records, but {path} says "
-                         f"{done} steps were completed: records are missing; rerun the run")
-    if done < planned:
-        raise ValueError(f"{path}: the run completed {done} of its {planned} steps (a short run); rerun it")
-    return rec
-
-
-def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """{task: {benchmark: reason}} from results/data/<task>/not_run.json (paper scale only)."""
-    out = {}
-    for t in cfg.get("tasks", []):
-        p = root / "data" / t / "not_run.json"
-        if p.exists():
-            from rtpo.inputs import read_json
-
-            doc = read_json(p)
-            benches = doc.get("benchmarks") or {} if isinstance(doc, dict) else None
-            if not isinstance(benches, dict):
-                raise ValueError(f"{p}: expected an object whose field 'benchmarks' maps benchmark -> reason")
-            if benches:
-                out[t] = {str(b): str(why) for b, why in benches.items()}
-    return out
+def check_benchmarks(eval_rows: list[dict[str, Any]]) -> None:
+    """Every eval JSON of a task reports the same benchmarks (its task's eval split: those of the data job,
+    less those it left out for every run, not_run.json): one that lacks a benchmark the task's others have
+    would leave an empty cell without a word. ValueError naming the file and the benchmark."""
+    by_file: dict[str, tuple[str, set[str]]] = {}
+    for r in eval_rows:
+        if r["benchmark"] != "overall":
+            by_file.setdefault(r["source"], (r["task"], set()))[1].add(r["benchmark"])
+    every: dict[str, set[str]] = {}
+    for task, benches in by_file.values():
+        every.setdefault(task, set()).update(benches)
+    for path, (task, benches) in by_file.items():
+        lacking = sorted(every[task] - benches)
+        if lacking:
+            others = sum(1 for t, b in by_file.values() if t == task and lacking[0] in b)
+            raise ValueError(f"{path}: no benchmark {lacking[0]!r}, which {others} other eval JSON(s) of task {task!r} "
+                             f"report{' (also missing: ' + ', '.join(lacking[1:]) + ')' if lacking[1:] else ''}: its "
+                             "table cells would be empty; rerun this evaluation")

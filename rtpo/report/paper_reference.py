@@ -6,7 +6,7 @@ each claim's `source` and paper text from its entry) and the paper column of tab
 is the figure as the column prints it. They are the paper's numbers at its scale: no verdict compares our
 numbers with them directly. Two kinds of use:
 - `change` (in `change_unit`) is the paper's effect as a scale-free number, the size an empirical ledger row
-  tests against once mapped to our scale (ledger.paper_effect): a relative change in % ("%": times our
+  tests against once mapped to our scale (claims.claim.paper_effect): a relative change in % ("%": times our
   baseline's level in the row's unit, or as is when the row is itself a percent change), or percentage
   points ("pp": as is, where the paper gives a difference without the levels to scale it by).
   Where the change is between two rates whose levels the paper gives (`levels`, in %), a row in percentage

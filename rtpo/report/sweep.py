@@ -18,7 +18,7 @@ shown, and the flat methods' budget against RTPO's realised trajectories per pro
                                    verdict), RTPO − method (paired), the mismatch the method trained under,
                                    trajectories per prompt (E.3's count), the budget ratio to RTPO's and its
                                    flag beyond 1.0 ± 10 %, Adam steps per training step
-  <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.ledger.evaluate_family: the ledger's rules, one
+  <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.claims.verdicts.evaluate_family: the ledger's rules, one
                                    Benjamini-Hochberg family): the interaction at every K, its growth over K,
                                    and the manipulation check (the flat method's KL under lossy psi against
                                    full: structural)
@@ -42,7 +42,7 @@ import pandas as pd
 from rtpo.atomic import atomic_call, atomic_write_text
 from rtpo.experiment import SWEEP, UNTRAINED, Experiment, RunKey, variant_name
 from rtpo.methods.cards import card
-from rtpo.report.load import check_run, read_eval_json, read_metrics_jsonl
+from rtpo.report.read import check_run, read_eval_json, read_metrics_jsonl
 from rtpo.report.paper_reference import PAPER, PaperFigure
 from rtpo.report.stats import (INCONCLUSIVE, KIND_EMPIRICAL, KIND_STRUCTURAL, NO_EFFECT,
                                NOT_REPRODUCED, REPRODUCED, SMALLER, effect_verdict, summarize, unscorable)
@@ -83,7 +83,7 @@ def _required(path: Path) -> Path:
 
 def _step_means(path: Path, key: RunKey) -> dict[str, float]:
     """Mean over a run's step records of each of STEP_METRICS (NaN where no record measured it), read by the
-    report's reader (rtpo.report.load.read_metrics_jsonl: a bad or non-finite value names path:line), plus
+    report's reader (rtpo.report.read.read_metrics_jsonl: a bad or non-finite value names path:line), plus
     `adam_steps_per_step`: the optimizer steps the run took per training step (its last record's
     train_version over its records: RTPO takes one per turn stage, a flat method one).
 
@@ -108,7 +108,7 @@ def load_sweep(results: str | Path, cfg: dict[str, Any]) -> pd.DataFrame:
     """One row per (K, psi, method, seed) of config `sweep`: its arm (contrast, optional, no-RL), whether it
     trains, pass@1 and hit (eval JSON `overall`) and, for a run that trains, the step-record means of
     STEP_METRICS and its Adam steps per step. The runs are the experiment's (rtpo.experiment, scope "sweep"),
-    read with the main report's readers (rtpo.report.load); an untrained run has no step records."""
+    read with the main report's readers (rtpo.report.read); an untrained run has no step records."""
     root = str(results)
     exp = Experiment(cfg)
     rows = []
@@ -274,9 +274,9 @@ def _gap_figure(method: str) -> PaperFigure:
 def mapped_gap(df: pd.DataFrame, hops: int, lossy: str, method: str) -> dict[str, Any]:
     """The interaction's effect at horizon K mapped from the paper, as Claim(effect=, effect_basis=) keywords:
     the paper's relative gain of RTPO over `method` (PAPER_GAIN) times `method`'s mean pass@1 (%) under the lossy
-    psi at K, capped at the headroom (rtpo.report.ledger.paper_effect, as the main ledger's 4.1 rows); without a
-    paper figure or a level, the minimal MIN_GAP_PP, said so."""
-    from rtpo.report.ledger import paper_effect
+    psi at K, capped at the headroom (rtpo.report.claims.claim.paper_effect, as the main ledger's 4.1 rows); without
+    a paper figure or a level, the minimal MIN_GAP_PP, said so."""
+    from rtpo.report.claims.claim import paper_effect
 
     level = summarize(_per_seed(df, hops, lossy, method, "pass1").values()).mean * 100
     out = paper_effect(_gap_figure(method), "pp", level, f"{method}[{lossy}] at K = {hops}")
@@ -287,14 +287,14 @@ def mapped_gap(df: pd.DataFrame, hops: int, lossy: str, method: str) -> dict[str
 
 
 def sweep_claims(df: pd.DataFrame, cfg: dict[str, Any], table: pd.DataFrame | None = None) -> list:
-    """The claims the sweep tests, as ledger Claims (rtpo.report.ledger), per lossy psi p and flat method m of
+    """The claims the sweep tests, as ledger Claims (rtpo.report.claims.claim), per lossy psi p and flat method m of
     the contrast: (1) at each K, the interaction (RTPO − m)[p] − (RTPO − m)[full] > 0, and (2) its per-seed mean
     over K > 0, each tested against the paper's gain mapped to m's level (mapped_gap; the pooled row against the
     mean of the per-K effects); (3) its growth from the shortest K to the longest > 0 (the mechanism: the lead
     the mismatch gives RTPO grows with the horizon; no paper figure: MIN_GAP_PP); (4) the manipulation check, m's
     KL(rollout ‖ train) under p above its KL under full (structural). Each empirical row's note carries the
     learning of the cells it reads and the budget ratios."""
-    from rtpo.report.ledger import Claim
+    from rtpo.report.claims.claim import Claim
 
     sw = cfg["sweep"]
     table = horizon_table(df) if table is None else table
@@ -466,7 +466,8 @@ def _table_notes(table: pd.DataFrame) -> list[str]:
 
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Write the sweep's table, claim rows and figure; returns the paths written."""
-    from rtpo.report.ledger import counts_text, evaluate_family, ledger_display
+    from rtpo.report.claims.verdicts import evaluate_family
+    from rtpo.report.ledger import counts_text, ledger_display
     from rtpo.report.table_base import to_markdown
 
     if not cfg.get("sweep"):

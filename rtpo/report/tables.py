@@ -64,7 +64,7 @@ TABLES: tuple[Callable[[Results], list[Table]], ...] = (
 
 def builders(only: list[str] | None = None) -> tuple[Callable[[Results], list[Table]], ...]:
     """The registry, or the builders named in `only` (a builder's name is its first table's, e.g.
-    table01_main; rtpo.experiment.TABLE_NAMES): ValueError naming the unknown name and the known ones."""
+    table01_main; rtpo.report.table_names.TABLE_NAMES): ValueError naming the unknown name and the known ones."""
     if not only:
         return TABLES
     by_name = {fn.__name__: fn for fn in TABLES}

@@ -157,7 +157,7 @@ def read_pilot(cfg: Mapping[str, Any], path: str | Path | None = None) -> tuple[
 def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu: bool) -> list[str]:
     """Attach to each cell (CellReport) its `sizing`: step, start-up, checkpoint write and read in minutes,
     each a Fig with its source (module doc); returns notes (pilot cells whose settings changed since)."""
-    from rtpo.experiment import Experiment
+    from rtpo.experiment import MAIN, Experiment, RunKey
 
     exp = Experiment(with_defaults(cfg))  # the stamps of the DAG's jobs: Snakemake fills the schema's defaults
     train = (pilot or {}).get("train") or {}
@@ -165,7 +165,7 @@ def size_cells(cells: list[Any], pilot: dict | None, cfg: Mapping[str, Any], gpu
     for c in cells:
         p = train.get(f"{c.method}/{c.task}")
         if p is not None and ":" not in c.cell:
-            if p.get("stamp") == exp.train_stamp(c.method, c.task):
+            if p.get("stamp") == exp.run_for(RunKey(MAIN, "", c.task, c.method, 0)).stamp:  # the piloted seed-0 run
                 fresh[c.cell] = p
             else:
                 notes.append(f"pilot of {c.cell} measured other settings (stamp {p.get('stamp')}): not used")

@@ -22,8 +22,8 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         name:
             _job.rule
         input:
-            train=lambda wildcards: data_file(cell_of(wildcards).task, "train"),
-            model="results/models/base",
+            train=lambda wildcards: run_of(wildcards).inputs.train_file,
+            model=lambda wildcards: run_of(wildcards).inputs.base_model,
         output:
             summary=_job.paths(f"{_run}/summary.json"),
             final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -39,21 +39,13 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         conda:
             CONDA_ENV
-        threads: THREADS
+        threads: PIPELINE.threads
         params:
             **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
-            method=lambda wildcards: cell_of(wildcards).method,
-            task=lambda wildcards: cell_of(wildcards).task,
-            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-            key=lambda wildcards: dag.key_args(cell_of(wildcards).study, cell_of(wildcards).variant),
-            settings=lambda wildcards: fingerprint(
-                run_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-            ),
-            stamp=lambda wildcards: stamp(
-                fingerprint(
-                    train_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-                )
-            ),
+            method=lambda wildcards: run_of(wildcards).method,
+            task=lambda wildcards: run_of(wildcards).task,
+            key=lambda wildcards: dag.key_args(run_of(wildcards).scope, run_of(wildcards).variant),
+            settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).settings),
             config=config_path,
             deadline=rule_deadline,
         shell:
@@ -67,7 +59,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             _job.rule
         input:
             model=_job.paths("results/ablations/{cell}/seed{seed}/final"),
-            eval=lambda wildcards: data_file(cell_of(wildcards).task, "eval"),
+            eval=lambda wildcards: run_of(wildcards).inputs.eval_data,
         output:
             result=_job.paths("results/ablations/{cell}/eval_seed{seed}.json"),
         log:
@@ -82,19 +74,17 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_evaluate"):
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
         conda:
             CONDA_ENV
-        threads: THREADS
+        threads: PIPELINE.threads
         params:
             **seed_params(
                 _job,
                 "results/ablations/{cell}/eval_seed{seed}.json",
                 "results/logs/ablations/{cell}/eval_seed{seed}.log",
             ),
-            method=lambda wildcards: cell_of(wildcards).method,
-            task=lambda wildcards: cell_of(wildcards).task,
-            sets=lambda wildcards: set_args(cell_of(wildcards).sets),
-            settings=lambda wildcards: fingerprint(
-                eval_settings(cell_of(wildcards).method, cell_of(wildcards).task, cell_of(wildcards).sets)
-            ),
+            method=lambda wildcards: run_of(wildcards).method,
+            task=lambda wildcards: run_of(wildcards).task,
+            sets=lambda wildcards: dag.set_args(run_of(wildcards).sets),
+            settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).eval_settings),
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/ablations/{cell}/seed{seed}/final")["out"],
@@ -109,26 +99,26 @@ rule ablation_reuse_run:
     # the main run's records and summary, and its run.json under the arm's key with copy_of the main run's
     # (rtpo.run_record.copy_run): the report reads that the arm is a copy from the run itself
     input:
-        summary=lambda wildcards: f"{run_dir(*REUSED[wildcards.run])}/summary.json",
+        summary=lambda wildcards: f"{copied_run(wildcards).copy_of.run_dir()}/summary.json",
     output:
         summary="results/ablations/{run}/summary.json",
     log:
         "results/logs/ablations/{run}/reuse.log",
     wildcard_constraints:
-        run=REUSED_RUNS,
+        run=dag.keys_regex(PIPELINE.copied_runs),
     run:
-        copy_reused_run(wildcards.run, input.summary, output.summary, log[0])
+        copy_reused_run(copied_run(wildcards), input.summary, output.summary, log[0])
 
 
 rule ablation_reuse_eval:
     input:
-        result=lambda wildcards: eval_file(*REUSED_EVAL[wildcards.evalrun]),
+        result=lambda wildcards: copied_run(wildcards).copy_of.eval_file(),
     output:
         result="results/ablations/{evalrun}.json",
     log:
         "results/logs/ablations/{evalrun}.log",
     wildcard_constraints:
-        evalrun=REUSED_EVALS,
+        evalrun=dag.keys_regex(PIPELINE.copied_evals),
     conda:
         CONDA_ENV
     shell:
@@ -144,6 +134,6 @@ rule theory:
         CONDA_ENV
     threads: 1
     params:
-        quick="--quick" if ABLATIONS.get("theory", {}).get("quick", False) else "",
+        quick="--quick" if PIPELINE.ablations.get("theory", {}).get("quick", False) else "",
     shell:
         "rtpo theory --out {output} {params.quick} > {log} 2>&1"

@@ -10,7 +10,7 @@ Snakemake:
      the start-up arithmetic of every training cell (rtpo.verl_ext.startup: `rtpo check-config`);
   3. the effective config file every `rtpo` command reads;
   4. the `rtpo` console script of the Python environment that runs Snakemake, the rules' conda env;
-  5. the names the rules use.
+  5. what the rules need beyond `PIPELINE` and the modules `dag` and `experiment`, which they call directly.
 """
 
 import os
@@ -23,6 +23,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from rtpo import dag, experiment
+from rtpo.report import table_names
 from rtpo.config import SCHEMA, ConfigError, retype_command_line
 from rtpo.report.landing import landing_page
 
@@ -267,66 +268,36 @@ CONDA_ENV = "../../environment.yml"
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. The names the rules use (rtpo.experiment and rtpo.dag document each)
+# 5. What the rules need beyond PIPELINE (rtpo.dag.Dag) and the modules `dag` and `experiment`, which they
+#    call directly: a job's run, arm or sweep cell from its wildcards, and the params of a job of seeds
 # ---------------------------------------------------------------------------------------------
-TASKS, THREADS, BASE_THREADS, ABLATIONS, TRAINABLE = (
-    PIPELINE.tasks,
-    PIPELINE.threads,
-    PIPELINE.base_threads,
-    PIPELINE.ablations,
-    PIPELINE.trainable,
-)
-fingerprint, stamp, set_args = experiment.fingerprint, experiment.stamp, dag.set_args
-run_dir, eval_file, data_file = experiment.run_dir, experiment.eval_file, experiment.data_file
-TRAIN_SHELL = dag.TRAIN_SHELL
-TABLE_NAMES = experiment.TABLE_NAMES  # the paper's tables, each a target of its own (rules/report.smk)
-table_targets = PIPELINE.table_targets  # what each reads: its runs (rtpo.experiment.TABLE_RUNS)
-run_settings, train_settings, eval_settings = PIPELINE.run_settings, PIPELINE.train_settings, PIPELINE.eval_settings
-tokenizer_settings, base_model_settings, prepare_settings = (
-    PIPELINE.tokenizer_settings,
-    PIPELINE.base_model_settings,
-    PIPELINE.prepare_settings,
-)
-needs_tokenizer, needs_sft = PIPELINE.needs_tokenizer, PIPELINE.needs_sft
-data_targets, train_targets, eval_targets, ablation_targets = (
-    PIPELINE.data_targets,
-    PIPELINE.train_targets,
-    PIPELINE.eval_targets,
-    PIPELINE.ablation_targets,
-)
-all_results, every_run_output = PIPELINE.all_results, PIPELINE.every_run_output
-
-# paper-scale search data (rules/data.smk, rules/retrieval.smk)
-SEARCH_CORPUS, SEARCH_INDEX, BUILD_INDEX_CMD = (
-    PIPELINE.search.corpus,
-    PIPELINE.search.index,
-    PIPELINE.search.build_index_command,
-)
-retrieval_inputs = PIPELINE.search.inputs
-
-# ablation arms: the {cell} wildcard is an arm's key below results/ablations/ (trained arms); the
-# {run} / {evalrun} wildcards of the copy rules are a reused arm's key + /seedS, /eval_seedS
-TRAINED_CELLS = dag.keys_regex(c.key for c in PIPELINE.trained_cells())
-REUSED, REUSED_EVAL = PIPELINE.reused_runs(), PIPELINE.reused_evals()
-REUSED_RUNS, REUSED_EVALS = dag.keys_regex(REUSED), dag.keys_regex(REUSED_EVAL)
-
-
-# the mechanism sweep (rules/sweep.smk): {hops} is a horizon K of sweep.hops, {scell} a SweepCell's key
-SWEEP_HOPS = dag.keys_regex(str(k) for k in PIPELINE.sweep_hops())
-SWEEP_CELLS = dag.keys_regex(PIPELINE.sweep_by_key)
-
-
 def sweep_of(wildcards):
     """The SweepCell of a job with a {scell} wildcard."""
     return PIPELINE.sweep_by_key[wildcards.scell]
 
 
 def cell_of(wildcards):
-    """The AblationCell of a job with a {cell}, {run} or {evalrun} wildcard."""
-    for name in ("cell", "run", "evalrun"):
-        if name in wildcards.keys():
-            return PIPELINE.cell(wildcards[name])
-    raise WorkflowError(f"no ablation wildcard in {dict(wildcards)}")
+    """The AblationCell of a job with a {cell} wildcard."""
+    return PIPELINE.cell(wildcards.cell)
+
+
+def run_of(wildcards):
+    """The Run (rtpo.experiment) of the first seed of a job with a {cell} or {scell} wildcard: its method, task,
+    `--set` overrides, settings and inputs are every seed's of the job."""
+    return PIPELINE.job_run(cell_of(wildcards) if "cell" in wildcards.keys() else sweep_of(wildcards))
+
+
+def pilot_run(wildcards):
+    """The Run (rtpo.experiment) a pilot_train job (rules/pilot.smk) starts: the seed-0 main run of its {task} and
+    {method}; its inputs, settings and stamp are those of the training job that resumes it."""
+    return PIPELINE.experiment.run(experiment.RunKey(experiment.MAIN, "", wildcards.task, wildcards.method, 0))
+
+
+def copied_run(wildcards):
+    """The Run (rtpo.experiment) of a copied arm's job: its {run} (arm key/seedS) or {evalrun} (/eval_seedS)."""
+    if "run" in wildcards.keys():
+        return PIPELINE.copied_runs[wildcards.run]
+    return PIPELINE.copied_evals[wildcards.evalrun]
 
 
 def copy_reused_run(run, src_summary, out_summary, log):
@@ -334,25 +305,16 @@ def copy_reused_run(run, src_summary, out_summary, log):
     the arm's key with copy_of the main run's (rtpo.run_record.copy_run)."""
     from rtpo.run_record import copy_run
 
-    cell, (_, _, seed) = PIPELINE.cell(run), REUSED[run]
-    key = {"scope": cell.study, "variant": cell.variant, "task": cell.task, "method": cell.method, "seed": seed}
     src, out = os.path.dirname(src_summary), os.path.dirname(out_summary)
-    copy_run(src, out, key)
+    copy_run(src, out, run.key.as_dict())
     with open(log, "w") as f:
         f.write(f"copied {src} (identical settings) to {out}\n")
 
 
-def main_train_params(method):
-    """The settings and stamp params of train_<method>; a factory, so each rule of the loop in
-    train.smk gets its own closures."""
-
-    def settings(wildcards):
-        return fingerprint(run_settings(method, wildcards.task))
-
-    def job_stamp(wildcards):
-        return PIPELINE.train_stamp(method, wildcards.task)
-
-    return settings, job_stamp
+def main_train_settings(method):
+    """The `settings` param of train_<method> (its rerun fingerprint: the runs' effective settings); a
+    factory, so each rule of the loop in train.smk gets its own closure."""
+    return lambda wildcards: experiment.fingerprint(PIPELINE.run_settings(method, wildcards.task))
 
 
 def seed_params(job, out_pattern, log_pattern=None):

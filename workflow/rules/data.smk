@@ -14,7 +14,7 @@ include: "retrieval.smk"
 
 rule prepare_data:
     input:
-        unpack(lambda wildcards: retrieval_inputs(wildcards.task)),
+        unpack(lambda wildcards: PIPELINE.search.inputs(wildcards.task)),
     output:
         train="results/data/{task}/train.jsonl",
         eval="results/data/{task}/eval.jsonl",
@@ -25,7 +25,7 @@ rule prepare_data:
         CONDA_ENV
     threads: 1
     params:
-        settings=lambda wildcards: fingerprint(prepare_settings(wildcards.task)),
+        settings=lambda wildcards: experiment.fingerprint(PIPELINE.prepare_settings(wildcards.task)),
         config=config_path,
     shell:
         "rtpo data --config {params.config} --task {wildcards.task} --out $(dirname {output.train}) > {log} 2>&1"

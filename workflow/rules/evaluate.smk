@@ -53,14 +53,14 @@ for _job in PIPELINE.main_seed_jobs("evaluate_run"):
             **_job.wildcard_constraints,  # task, method: the cells of this seed group (seed_counts)
         conda:
             CONDA_ENV
-        threads: THREADS
+        threads: PIPELINE.threads
         params:
             **seed_params(
                 _job,
                 "results/eval/{task}/{method}/seed{seed}.json",
                 "results/logs/eval/{task}/{method}/seed{seed}.log",
             ),
-            settings=lambda wildcards: fingerprint(eval_settings(wildcards.method, wildcards.task)),
+            settings=lambda wildcards: experiment.fingerprint(PIPELINE.eval_settings(wildcards.method, wildcards.task)),
             config=config_path,
             engine=eval_engine,
             model=seed_params(_job, "results/runs/{task}/{method}/seed{seed}/final")["out"],

@@ -9,7 +9,7 @@ converted; sft.epochs 0 means no warm start, so the base model does not wait for
 
 rule tokenizer:
     input:
-        experts=expand("results/data/{task}/experts.jsonl", task=TASKS),
+        experts=expand("results/data/{task}/experts.jsonl", task=PIPELINE.tasks),
     output:
         directory("results/models/tokenizer"),
     log:
@@ -18,7 +18,7 @@ rule tokenizer:
         CONDA_ENV
     threads: 1
     params:
-        settings=fingerprint(tokenizer_settings()),
+        settings=experiment.fingerprint(PIPELINE.tokenizer_settings()),
         config=config_path,
     shell:
         "rtpo tokenizer --config {params.config} --data results/data --out {output} > {log} 2>&1"
@@ -53,17 +53,17 @@ if HUB_MODEL:
 rule base_model:
     input:
         hub=[HUB_MODEL] if HUB_MODEL else [],
-        tokenizer=["results/models/tokenizer"] if needs_tokenizer() else [],
-        experts=expand("results/data/{task}/experts.jsonl", task=TASKS) if needs_sft() else [],
+        tokenizer=["results/models/tokenizer"] if PIPELINE.needs_tokenizer() else [],
+        experts=expand("results/data/{task}/experts.jsonl", task=PIPELINE.tasks) if PIPELINE.needs_sft() else [],
     output:
         directory("results/models/base"),
     log:
         "results/logs/models/base_model.log",
     conda:
         CONDA_ENV
-    threads: BASE_THREADS
+    threads: PIPELINE.base_threads
     params:
-        settings=fingerprint(base_model_settings()),
+        settings=experiment.fingerprint(PIPELINE.base_model_settings()),
         config=config_path,
     shell:
         "rtpo base-model --config {params.config} --data results/data --tokenizer results/models/tokenizer "

@@ -16,8 +16,8 @@ reruns nothing; and a pilot of a run or an evaluation already complete measures 
 
 rule pilot_train:
     input:
-        train="results/data/{task}/train.jsonl",
-        model="results/models/base",
+        train=lambda wildcards: pilot_run(wildcards).inputs.train_file,
+        model=lambda wildcards: pilot_run(wildcards).inputs.base_model,
     output:
         "results/pilot/{task}/{method}.json",
     log:
@@ -27,10 +27,10 @@ rule pilot_train:
         task=dag.keys_regex({t for _, t in PILOT_CELLS}),
     conda:
         CONDA_ENV
-    threads: THREADS
+    threads: PIPELINE.threads
     params:
-        settings=lambda wildcards: fingerprint(run_settings(wildcards.method, wildcards.task)),
-        stamp=lambda wildcards: PIPELINE.train_stamp(wildcards.method, wildcards.task),
+        settings=lambda wildcards: experiment.fingerprint(pilot_run(wildcards).settings),
+        stamp=lambda wildcards: pilot_run(wildcards).stamp,
         steps=pilots.pilot_steps(config),
         run="results/runs/{task}/{method}/seed0",
         key=dag.key_args("main"),
@@ -40,7 +40,7 @@ rule pilot_train:
         "if [ -f {params.run}/summary.json ]; then echo 'the run is complete: measured from it' > {log}; else "
         "{params.deadline}export RTPO_STOP_AFTER_STEP={params.steps}; "
         "rtpo train --config {params.config} --method {wildcards.method} --task {wildcards.task} --seed 0 "
-        "--model {input.model} --train-file {input.train} {params.key} --out {params.run} --stamp {params.stamp} "
+        "--model {input.model} --train-file {input.train} {params.key} --out {params.run} --job-guard "
         "> {log} 2>&1 || [ $? -eq 143 ]; fi; "
         "python -m rtpo.verl_ext.pilot train --run {params.run} --cell {wildcards.method}/{wildcards.task} "
         "--stamp {params.stamp} --out {output} >> {log} 2>&1"
@@ -58,9 +58,9 @@ rule pilot_eval:
         task=dag.keys_regex(PILOT_EVAL_TASKS),
     conda:
         CONDA_ENV
-    threads: THREADS
+    threads: PIPELINE.threads
     params:
-        settings=lambda wildcards: fingerprint(eval_settings("vanilla", wildcards.task)),
+        settings=lambda wildcards: experiment.fingerprint(PIPELINE.eval_settings("vanilla", wildcards.task)),
         out="results/eval/{task}/vanilla/seed0.json",
         config=config_path,
         engine=eval_engine,

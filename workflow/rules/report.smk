@@ -3,7 +3,7 @@
 The report code decides its file names, so the tables and figures rules declare a sentinel file
 written after the command succeeds (results/tables/.tables.done, figures/.figures.done); the
 ledger's files are fixed: results/tables/claims.{csv,md}; each of the paper's tables is also a target
-of its own, named after it (`snakemake table10_group_size`: rtpo.experiment.TABLE_NAMES), and takes only the runs it reads; the status rule
+of its own, named after it (`snakemake table10_group_size`: rtpo.report.table_names.TABLE_NAMES), and takes only the runs it reads; the status rule
 writes the README's status section, results/tables/status.md, and timing_status.md. Files named results/tables/timing_* hold
 wall-clock numbers; every other file there is byte-identical when the DAG is rerun on one machine.
 report_assets copies the PNG figures and CSV tables into results/report/ as directories marked for
@@ -13,7 +13,7 @@ report_assets copies the PNG figures and CSV tables into results/report/ as dire
 
 rule tables:
     input:
-        all_results(),
+        PIPELINE.all_results(),
     output:
         touch("results/tables/.tables.done"),
     log:
@@ -21,23 +21,23 @@ rule tables:
     conda:
         CONDA_ENV
     params:
-        settings=fingerprint(config),
+        settings=experiment.fingerprint(config),
         config=config_path,
     shell:
         "rtpo report tables --config {params.config} --results results --tables $(dirname {output}) > {log} 2>&1"
 
 
-# The paper's tables by name (rtpo.experiment.TABLE_NAMES): `snakemake table10_group_size` writes
+# The paper's tables by name (rtpo.report.table_names.TABLE_NAMES): `snakemake table10_group_size` writes
 # results/tables/table10_group_size.{csv,md,tex} alone (`rtpo report tables --only`) from the runs that table
-# reads (rtpo.experiment.TABLE_RUNS: the group-size arms and the main runs they copy), and trains only those.
+# reads (rtpo.report.table_names.TABLE_RUNS: the group-size arms and the main runs they copy), and trains only those.
 # `all` does not use these rules: the tables rule above writes the same files together.
-for _name in TABLE_NAMES:
+for _name in table_names.TABLE_NAMES:
 
     rule:
         name:
             _name
         input:
-            table_targets(_name),
+            PIPELINE.table_targets(_name),
         output:
             multiext(f"results/tables/{_name}", ".csv", ".md", ".tex"),
         log:
@@ -46,7 +46,7 @@ for _name in TABLE_NAMES:
         conda:
             CONDA_ENV
         params:
-            settings=fingerprint(config),
+            settings=experiment.fingerprint(config),
             config=config_path,
             name=_name,
         shell:
@@ -56,7 +56,7 @@ for _name in TABLE_NAMES:
 
 rule figures:
     input:
-        all_results(),
+        PIPELINE.all_results(),
     output:
         touch("figures/.figures.done"),
     log:
@@ -64,7 +64,7 @@ rule figures:
     conda:
         CONDA_ENV
     params:
-        settings=fingerprint(config),
+        settings=experiment.fingerprint(config),
         config=config_path,
     shell:
         "rtpo report figures --config {params.config} --results results --figures $(dirname {output}) > {log} 2>&1"
@@ -72,7 +72,7 @@ rule figures:
 
 rule ledger:
     input:
-        all_results(),
+        PIPELINE.all_results(),
         tables="results/tables/.tables.done",
         figures="figures/.figures.done",
     output:
@@ -83,7 +83,7 @@ rule ledger:
     conda:
         CONDA_ENV
     params:
-        settings=fingerprint(config),
+        settings=experiment.fingerprint(config),
         config=config_path,
     shell:
         "rtpo report ledger --config {params.config} --results results --tables $(dirname {output.csv}) " "> {log} 2>&1"
@@ -92,7 +92,7 @@ rule ledger:
 rule status:
     # the README's status section (results/tables/status.md) and the run's timings (timing_status.md)
     input:
-        all_results(),
+        PIPELINE.all_results(),
         tables="results/tables/.tables.done",
         ledger="results/tables/claims.csv",
     output:
@@ -103,7 +103,7 @@ rule status:
     conda:
         CONDA_ENV
     params:
-        settings=fingerprint(config),
+        settings=experiment.fingerprint(config),
         config=config_path,
     shell:
         "rtpo report status --config {params.config} --results results --tables $(dirname {output.status}) "

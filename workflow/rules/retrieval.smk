@@ -13,33 +13,33 @@ so every search training and evaluation job is downstream of both. Resources: th
 (sized from scripts/bench_retrieval.py; README "Retrieval at paper scale").
 """
 
-if SEARCH_CORPUS and SEARCH_CORPUS.get("url"):
+if PIPELINE.search.corpus and PIPELINE.search.corpus.get("url"):
 
     rule fetch_corpus:
         output:
-            corpus=SEARCH_CORPUS["path"],
+            corpus=PIPELINE.search.corpus["path"],
         log:
             "results/logs/retrieval/fetch_corpus.log",
         conda:
             CONDA_ENV
         threads: 1
         params:
-            url=SEARCH_CORPUS["url"],
+            url=PIPELINE.search.corpus["url"],
             options=" ".join(
-                ([f"--sha256 {SEARCH_CORPUS['sha256']}"] if SEARCH_CORPUS.get("sha256") else [])
-                + (["--gunzip"] if SEARCH_CORPUS["url"].split("?")[0].endswith(".gz") else [])
+                ([f"--sha256 {PIPELINE.search.corpus['sha256']}"] if PIPELINE.search.corpus.get("sha256") else [])
+                + (["--gunzip"] if PIPELINE.search.corpus["url"].split("?")[0].endswith(".gz") else [])
             ),
         shell:
             "python -m rtpo.retrieval.fetch {params.url:q} {output.corpus} {params.options} > {log} 2>&1"
 
 
-if SEARCH_INDEX:
+if PIPELINE.search.index:
 
     rule build_index:
         input:
-            corpus=SEARCH_CORPUS["path"],
+            corpus=PIPELINE.search.corpus["path"],
         output:
-            index=directory(SEARCH_INDEX),
+            index=directory(PIPELINE.search.index),
         log:
             "results/logs/retrieval/build_index.log",
         benchmark:
@@ -48,6 +48,6 @@ if SEARCH_INDEX:
             CONDA_ENV
         threads: 1
         params:
-            command=BUILD_INDEX_CMD,
+            command=PIPELINE.search.build_index_command,
         shell:
             "{params.command} --corpus {input.corpus} --out {output.index} > {log} 2>&1"

@@ -33,13 +33,13 @@ if PIPELINE.sweep:
         log:
             "results/logs/sweep/data/h{hops}.log",
         wildcard_constraints:
-            hops=SWEEP_HOPS,
+            hops=dag.keys_regex(str(k) for k in PIPELINE.sweep_hops()),
         conda:
             CONDA_ENV
         threads: 1
         params:
-            settings=lambda wildcards: fingerprint(PIPELINE.sweep_data_settings(int(wildcards.hops))),
-            sets=lambda wildcards: set_args(experiment.sweep_data_sets(config, int(wildcards.hops))),
+            settings=lambda wildcards: experiment.fingerprint(PIPELINE.sweep_data_settings(int(wildcards.hops))),
+            sets=lambda wildcards: dag.set_args(experiment.sweep_data_sets(config, int(wildcards.hops))),
             config=config_path,
         shell:
             "rtpo data --config {params.config} --task search {params.sets} --out $(dirname {output.train}) > {log} 2>&1"
@@ -54,10 +54,10 @@ if PIPELINE.sweep:
             "results/logs/sweep/base_model.log",
         conda:
             CONDA_ENV
-        threads: BASE_THREADS
+        threads: PIPELINE.base_threads
         params:
-            settings=fingerprint(PIPELINE.sweep_base_settings()),
-            sets=set_args(experiment.sweep_model_sets(config)),
+            settings=experiment.fingerprint(PIPELINE.sweep_base_settings()),
+            sets=dag.set_args(experiment.sweep_model_sets(config)),
             config=config_path,
         shell:
             "rtpo sweep-base --config {params.config} {params.sets} --init {input.model} --demos {input.experts} "
@@ -70,8 +70,8 @@ if PIPELINE.sweep:
             name:
                 _job.rule
             input:
-                train=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/train.jsonl",
-                model=experiment.SWEEP_BASE,
+                train=lambda wildcards: run_of(wildcards).inputs.train_file,
+                model=lambda wildcards: run_of(wildcards).inputs.base_model,
             output:
                 summary=_job.paths(f"{_run}/summary.json"),
                 final=[directory(p) for p in _job.paths(f"{_run}/final")],
@@ -84,21 +84,19 @@ if PIPELINE.sweep:
             benchmark:
                 f"results/benchmarks/sweep/{{scell}}/{_job.label}.train.tsv"
             wildcard_constraints:
-                scell=SWEEP_CELLS,
+                scell=dag.keys_regex(PIPELINE.sweep_by_key),
             conda:
                 CONDA_ENV
-            threads: THREADS
+            threads: PIPELINE.threads
             params:
                 **seed_params(_job, _run, "results/logs/sweep/{scell}/seed{seed}/train.log"),
-                method=lambda wildcards: sweep_of(wildcards).method,
-                task="search",
-                sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
-                key=lambda wildcards: dag.key_args("sweep", sweep_of(wildcards).variant),
-                settings=lambda wildcards: fingerprint(PIPELINE.sweep_run_settings(sweep_of(wildcards))),
-                stamp=lambda wildcards: PIPELINE.sweep_train_stamp(sweep_of(wildcards)),
+                method=lambda wildcards: run_of(wildcards).method,
+                task=lambda wildcards: run_of(wildcards).task,
+                key=lambda wildcards: dag.key_args(run_of(wildcards).scope, run_of(wildcards).variant),
+                settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).settings),
                 config=config_path,
             shell:
-                TRAIN_SHELL
+                dag.TRAIN_SHELL
 
     for _job in PIPELINE.seed_jobs("sweep_evaluate", PIPELINE.sweep_seeds):
 
@@ -107,7 +105,7 @@ if PIPELINE.sweep:
                 _job.rule
             input:
                 model=_job.paths("results/sweep/{scell}/seed{seed}/final"),
-                eval=lambda wildcards: f"{experiment.sweep_data_dir(sweep_of(wildcards).hops)}/eval.jsonl",
+                eval=lambda wildcards: run_of(wildcards).inputs.eval_data,
             output:
                 result=_job.paths("results/sweep/{scell}/eval_seed{seed}.json"),
             log:
@@ -119,19 +117,19 @@ if PIPELINE.sweep:
             benchmark:
                 f"results/benchmarks/sweep/{{scell}}/{_job.label}.eval.tsv"
             wildcard_constraints:
-                scell=SWEEP_CELLS,
+                scell=dag.keys_regex(PIPELINE.sweep_by_key),
             conda:
                 CONDA_ENV
-            threads: THREADS
+            threads: PIPELINE.threads
             params:
                 **seed_params(
                     _job,
                     "results/sweep/{scell}/eval_seed{seed}.json",
                     "results/logs/sweep/{scell}/eval_seed{seed}.log",
                 ),
-                method=lambda wildcards: sweep_of(wildcards).method,
-                sets=lambda wildcards: set_args(sweep_of(wildcards).sets),
-                settings=lambda wildcards: fingerprint(PIPELINE.sweep_eval_settings(sweep_of(wildcards))),
+                method=lambda wildcards: run_of(wildcards).method,
+                sets=lambda wildcards: dag.set_args(run_of(wildcards).sets),
+                settings=lambda wildcards: experiment.fingerprint(run_of(wildcards).eval_settings),
                 config=config_path,
                 engine=eval_engine,
                 model=seed_params(_job, "results/sweep/{scell}/seed{seed}/final")["out"],
@@ -152,7 +150,7 @@ if PIPELINE.sweep:
         conda:
             CONDA_ENV
         params:
-            settings=fingerprint(config.get("sweep")),
+            settings=experiment.fingerprint(config.get("sweep")),
             config=config_path,
         shell:
             "rtpo report sweep --config {params.config} --results results --tables $(dirname {output.table}) "

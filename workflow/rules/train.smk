@@ -7,7 +7,7 @@ in one job, one after the other in one process (rtpo train --seed S1 S2 ...; rtp
 rule per seed group (train_<method> when one group holds every seed, train_<method>_seeds0to4 ...
 otherwise; with `seed_counts`, each such rule's {task} constrained to the cells that have its group:
 rtpo.dag.Dag.main_seed_jobs), logs per seed plus the job's own; with 1 (the verl path) a {seed} wildcard rule, one job
-per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --stamp`, the checkpoint guard. `threads` is
+per seed. TRAIN_SHELL (rtpo.dag) runs `rtpo train --job-guard`, the checkpoint guard. `threads` is
 model.threads (1 on the CPU default: two jobs side by side).
 
 RULE_DEADLINE exports the job's end from the rule's `runtime` (RTPO_RULE_DEADLINE = the shell's start +
@@ -26,7 +26,7 @@ def rule_deadline(wildcards, resources):
     return f"export RTPO_RULE_DEADLINE=$(( $(date +%s) + {int(runtime) * 60} )); "
 
 
-RULE_DEADLINE_SHELL = f"{{params.deadline}}{TRAIN_SHELL}"
+RULE_DEADLINE_SHELL = f"{{params.deadline}}{dag.TRAIN_SHELL}"
 
 
 # The pilot (rules/pilot.smk, rtpo.verl_ext.pilot): the seed-0 run of a piloted cell resumes from the pilot's
@@ -49,8 +49,7 @@ def pilot_input(method):
     return piloted
 
 
-for _method in TRAINABLE:
-    _settings, _stamp = main_train_params(_method)
+for _method in PIPELINE.trainable:
     for _job in PIPELINE.main_seed_jobs(f"train_{_method}", _method):
         _run = f"results/runs/{{task}}/{_method}/seed{{seed}}"
 
@@ -76,15 +75,13 @@ for _method in TRAINABLE:
                 **_job.wildcard_constraints,  # task: the cells of this seed group (seed_counts)
             conda:
                 CONDA_ENV
-            threads: THREADS
+            threads: PIPELINE.threads
             params:
                 **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
                 method=_method,
                 task=lambda wildcards: wildcards.task,
-                sets="",
                 key=dag.key_args("main"),
-                settings=_settings,
-                stamp=_stamp,
+                settings=main_train_settings(_method),
                 config=config_path,
                 deadline=rule_deadline,
             shell:
