@@ -261,10 +261,10 @@ def test_not_run_benchmarks_are_marked_in_tables_and_ledger(tmp_path):
     make_results_tree(tmp_path, cfg, theory=False)
     why = "no web-search API key: environment variable SERPAPI_API_KEY is not set"
     (tmp_path / "results" / "data" / "search").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "results" / "data" / "search" / "not_run.json").write_text(
-        json.dumps({"task": "search", "benchmarks": {"gaia": why, "hle": why}}))
+    src = tmp_path / "results" / "data" / "search" / "not_run.json"
+    src.write_text(json.dumps({"task": "search", "benchmarks": {"gaia": why, "hle": why}}))
     res = load_results(tmp_path / "results", cfg)
-    assert res.not_run == {"search": {"gaia": why, "hle": why}}
+    assert res.not_run == {"search": {"gaia": f"{why} ({src})", "hle": f"{why} ({src})"}}  # the reason names its file
     t1 = next(t for t in build_tables(res) if t.name == "table01_main")
     marked = t1.display[t1.display["benchmark"].isin(["gaia", "hle"])]
     assert len(marked) == 2 and set(marked["task"]) == {"search"}
@@ -272,7 +272,7 @@ def test_not_run_benchmarks_are_marked_in_tables_and_ledger(tmp_path):
     assert any("not run on search: gaia, hle" in n and why in n for n in t1.notes)
     assert not t1.data["benchmark"].isin(["gaia", "hle"]).any()  # no numbers for them
     md = (write_ledger(res, tmp_path / "tables")[1]).read_text()
-    assert f"Not run, so no claim is scored on them: gaia (search: {why}); hle (search: {why})." in md
+    assert f"Not run, so no claim is scored on them: gaia (search: {why} ({src})); hle (search: {why} ({src}))." in md
     from rtpo.report.cli import run_report   # what `rtpo report tables` writes carries the rows too
 
     run_report("tables", tmp_path / "results", cfg, tmp_path / "cli_tables", tmp_path / "figs")
@@ -281,3 +281,31 @@ def test_not_run_benchmarks_are_marked_in_tables_and_ledger(tmp_path):
     clean = load_results(tmp_path / "results", cfg)
     (tmp_path / "results" / "data" / "search" / "not_run.json").unlink()
     assert load_results(tmp_path / "results", cfg).not_run == {} and clean.not_run
+
+
+def test_benchmarks_an_evaluation_left_out_are_marked_not_run(tmp_path):
+    """An eval JSON's own `not_run` (its web-search probe failed at evaluation time: rtpo.evaluate) reaches
+    the report as the data job's not_run.json does: a 'not run' row and a note naming the reason and the
+    eval JSON, never a number."""
+    from rtpo.report.load import load_results
+    from rtpo.report.tables import build_tables
+    from tests.report_fixture import fixture_config, make_results_tree
+
+    cfg = fixture_config(seeds=[0, 1], **{"ablations.seeds": [0, 1]})
+    make_results_tree(tmp_path, cfg, theory=False)
+    why = "web search unreachable from node7: the probe query 'Wikipedia' failed"
+    from rtpo.report.load import report_keys
+
+    evals = sorted({Path(k.eval_file(str(tmp_path / "results"))) for k in report_keys(cfg) if k.task == "search"})
+    assert evals and all(p.exists() for p in evals)
+    for p in evals:
+        d = json.loads(p.read_text())
+        d["not_run"] = {"gaia": why}
+        p.write_text(json.dumps(d))
+    res = load_results(tmp_path / "results", cfg)
+    assert set(res.not_run) == {"search"} and res.not_run["search"]["gaia"].startswith(f"{why} (")
+    assert res.not_run["search"]["gaia"].endswith(".json)")  # the eval JSON that said so
+    t1 = next(t for t in build_tables(res) if t.name == "table01_main")
+    marked = t1.display[t1.display["benchmark"].isin(["gaia"])]
+    assert len(marked) == 1 and set(marked["task"]) == {"search"}
+    assert any("not run on search: gaia" in n and why in n for n in t1.notes)

@@ -64,7 +64,8 @@ class Results:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     problems: pd.DataFrame = field(default_factory=pd.DataFrame)
-    # task -> {benchmark: reason} the data job left out (results/data/<task>/not_run.json, e.g. the
+    # task -> {benchmark: reason} the data job left out (results/data/<task>/not_run.json) or an evaluation's
+    # web-search probe did (its eval JSON's not_run, the reason naming the file), e.g. the
     # deep-search benchmarks without a web-search key, rtpo/data/paper.py); tables mark them "not run"
     not_run: dict[str, dict[str, str]] = field(default_factory=dict)
     # each run's run.json (rtpo.run_record): what it trained with and the run it copies
@@ -290,6 +291,7 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     inputs: list[dict[str, Any]] = []
     missing: list[str] = []
     records: dict[RunKey, dict[str, Any]] = {}
+    eval_not_run: dict[str, dict[str, str]] = {}
     for key in report_keys(cfg):
         tag = {"scope": key.scope, "variant": key.variant, "task": key.task, "method": key.method, "seed": key.seed}
         rdir = Path(key.run_dir(str(root)))
@@ -307,7 +309,9 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
             missing.append(str(mpath))
         epath = Path(key.eval_file(str(root)))
         if epath.exists():
-            recs, problems = read_eval(epath, key)
+            recs, problems, left_out = read_eval(epath, key)
+            for bench, why in left_out.items():  # its web-search probe failed: "not run", never scored
+                eval_not_run.setdefault(key.task, {}).setdefault(bench, f"{why} ({epath})")
             eval_rows += [{**r, **tag} for r in recs]
             problem_rows += [{**r, **tag} for r in problems]
             inputs.append({"kind": "eval", **tag, "path": str(epath), "records": len(recs)})
@@ -330,8 +334,12 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
             df["seed"] = df["seed"].astype(int)
     if not steps.empty:
         steps["step"] = steps["step"].astype(int)
+    not_run = read_not_run(root, cfg)  # left out by the data job (results/data/<task>/not_run.json) ...
+    for task, benches in eval_not_run.items():  # ... or by an evaluation whose probe failed (its eval JSON)
+        for bench, why in benches.items():
+            not_run.setdefault(task, {}).setdefault(bench, why)
     return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems,
-                   not_run=read_not_run(root, cfg), records=records)
+                   not_run=not_run, records=records)
 
 
 def check_benchmarks(eval_rows: list[dict[str, Any]]) -> None:

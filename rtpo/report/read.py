@@ -387,10 +387,12 @@ def check_eval(path: Path, doc: dict[str, Any]) -> None:
             raise ValueError(f"{path}: {name}.n is {m['n']:g}, but per_problem lists {len(ps)} problems of it")
 
 
-def read_eval(path: Path, expect: RunKey | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(read_eval_json's rows, read_eval_problems' rows) of one eval JSON, read and checked once."""
+def read_eval(path: Path, expect: RunKey | None = None
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, str]]:
+    """(read_eval_json's rows, read_eval_problems' rows, its `not_run`: {benchmark: reason} the evaluation left
+    out when its web-search probe failed) of one eval JSON, read and checked once."""
     doc = read_eval_doc(Path(path))
-    return eval_rows(Path(path), doc, expect), problem_rows(doc)
+    return eval_rows(Path(path), doc, expect), problem_rows(doc), dict(doc.get("not_run") or {})
 
 
 def read_eval_json(path: Path, expect: RunKey | None = None) -> list[dict[str, Any]]:
@@ -445,7 +447,7 @@ def read_theory(path: Path) -> pd.DataFrame:
 
 
 def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
-    """{task: {benchmark: reason}} from results/data/<task>/not_run.json (paper scale only)."""
+    """{task: {benchmark: reason (the file)}} from results/data/<task>/not_run.json (paper scale only)."""
     out = {}
     for t in cfg.get("tasks", []):
         p = root / "data" / t / "not_run.json"
@@ -457,5 +459,5 @@ def read_not_run(root: Path, cfg: dict[str, Any]) -> dict[str, dict[str, str]]:
             if not isinstance(benches, dict):
                 raise ValueError(f"{p}: expected an object whose field 'benchmarks' maps benchmark -> reason")
             if benches:
-                out[t] = {str(b): str(why) for b, why in benches.items()}
+                out[t] = {str(b): f"{why} ({p})" for b, why in benches.items()}
     return out

@@ -84,7 +84,7 @@ def build_tables(res: Results) -> list[Table]:
 
 def mark_not_run(res: Results, t: Table) -> Table:
     """A 'not run' row for each benchmark of the table's tasks that the data job left out
-    (Results.not_run: deep search without a web-search key), and a note saying why."""
+    or an evaluation's web-search probe found unreachable (Results.not_run), and a note saying why."""
     if "benchmark" not in t.display.columns or t.data.empty or "task" not in t.data.columns:
         return t
     rows, notes = [], []
@@ -95,7 +95,7 @@ def mark_not_run(res: Results, t: Table) -> Table:
             rows.append({**{c: "not run" for c in t.display.columns}, "benchmark": benchmark_label(b),
                          **({"task": task} if "task" in t.display.columns else {})})
         reasons = "; ".join(sorted(set(benches.values())))
-        notes.append(f"not run on {task}: {', '.join(sorted(benches))} ({reasons}; results/data/{task}/not_run.json)")
+        notes.append(f"not run on {task}: {', '.join(sorted(benches))} ({reasons})")
     if not rows:
         return t
     return Table(t.name, t.title, t.data, pd.concat([t.display, pd.DataFrame(rows)], ignore_index=True),
