@@ -426,10 +426,11 @@ class Dag:
         return sorted(set(self.run_targets(table_runs(self.experiment, name))))
 
     def sweep_targets(self, with_final: bool = False) -> list[str]:
-        """Every run's summary.json (and final/) and eval JSON of the sweep's target: the sweep's cells and the
-        arms of studies with `target: sweep`."""
-        return sorted(self.run_targets([r for r in self.experiment.runs
-                                        if r.scope != MAIN and self.experiment.in_sweep_target(r)], with_final))
+        """Every run's summary.json (and final/) and eval JSON of the sweep's target: the sweep's cells, the
+        arms of studies with `target: sweep` and the main-grid runs those arms pair with."""
+        runs = [r for r in self.experiment.runs if r.scope != MAIN and self.experiment.in_sweep_target(r)]
+        runs += [r for r in self.experiment.sweep_study_runs() if r.scope == MAIN]
+        return sorted(set(self.run_targets(runs, with_final)))
 
     def all_results(self) -> list[str]:
         """Everything the report rules read."""

@@ -214,3 +214,29 @@ def test_controls_table_shows_pass1_and_optimizer_steps(control_results):
     assert set(t.display["psi"]) == {"qwen3", "full"}
     assert d.loc[("search", "GRPO-turn (rows-turn)", "pass@1"), "n"] == len(ARM_SEEDS)
     assert (t.display.arm == "RTPO").sum() == 5   # once per (control, task): A math, airline; M math, search; B
+
+
+def test_control_b_with_the_sweeps_target_is_read_by_the_sweeps_report(control_results):
+    """With `target: sweep` (the CPU default's) Control B leaves the paper's ledger ("not run", pointing at
+    sweep_claims) and the sweep's report gives its rows, read from its arms and the main runs they pair with:
+    the values and verdicts they have when the study runs with `all`."""
+    from rtpo.report.ledger import evaluate_claims
+    from rtpo.report.load import load_results
+    from rtpo.report.stats import NOT_RUN
+    from rtpo.report.sweep import control_rows
+
+    cfg = copy.deepcopy(control_results.cfg)
+    cfg["ablations"]["mismatch"]["target"] = "sweep"
+    in_all = evaluate_claims(control_results).set_index("claim_id")
+    rows = {r["claim_id"]: r for r in control_rows(control_results.root, cfg)}
+    assert list(rows) == ["C.B-interaction", "C.B-grpo-full", "C.B-grpo-kl"]
+    for cid, r in rows.items():
+        assert (r["verdict"], r["n"], r["evidence"]) == (in_all.loc[cid, "verdict"], in_all.loc[cid, "n"], "sweep_claims")
+        assert r["ours_mean"] == pytest.approx(in_all.loc[cid, "ours_mean"])
+    assert rows["C.B-interaction"]["family"] == in_all.loc["C.B-interaction", "family"] == "controls"
+    paper = evaluate_claims(load_results(control_results.root, cfg)).set_index("claim_id")
+    assert paper.loc["C.B-interaction", "verdict"] == NOT_RUN and "sweep_claims" in paper.loc["C.B-interaction", "note"]
+    assert "C.B-grpo-full" not in paper.index
+    # without the study, the sweep's report has no control rows
+    del cfg["ablations"]["mismatch"]
+    assert control_rows(control_results.root, cfg) == []

@@ -51,8 +51,10 @@ def test_hops_are_refused_outside_search_and_beyond_the_paths():
 
 def _constructed_sweep(**over) -> dict:
     """config/config.yaml with a constructed sweep: three horizons, the qwen3 / full contrast of RTPO and GRPO,
-    truncate:1 and GRPO-TIS as optional arms, budgets that are none of the shipped ones."""
+    truncate:1 and GRPO-TIS as optional arms, budgets that are none of the shipped ones; without Control B
+    (`ablations.mismatch`, whose rows the sweep's report also gives: tests/test_controls.py)."""
     cfg = load_config(ROOT / "config" / "config.yaml")
+    del cfg["ablations"]["mismatch"]
     cfg["sweep"].update(hops=[2, 3, 4], psi=["qwen3", "full"], methods=["rtpo", "grpo"],
                         optional={"psi": ["truncate:1"], "methods": ["grpo_tis"]},
                         rtpo_trajectories={"h2": 7.4, "h3": 9.5, "h4": 10.6}, seeds=[0, 1, 2, 3, 4, 5], no_rl=True)
@@ -148,7 +150,15 @@ def test_sweep_target_dry_run_lists_every_cell(tmp_path):
     assert counts["sweep_data"] == len(sw["hops"]) and counts["sweep_base_model"] == 1
     assert sum(n for r_, n in counts.items() if r_.startswith("sweep_train")) == cells * jobs_per_cell
     assert sum(n for r_, n in counts.items() if r_.startswith("sweep_evaluate")) == cells * jobs_per_cell
-    assert counts["sweep_report"] == 1 and "train_rtpo" not in counts   # the sweep needs no main run
+    assert counts["sweep_report"] == 1
+    # the only main runs the sweep needs: those Control B (`mismatch`, target sweep) pairs its psi = full arms with
+    mm = cfg["ablations"]["mismatch"]
+    assert mm["target"] == "sweep"
+    main_jobs = {r_: n for r_, n in counts.items() if r_.startswith(("train_", "evaluate_"))}
+    per_cell = -(-len(cfg["seeds"]) // cfg["seeds_per_job"])
+    assert main_jobs == {**{f"train_{m}": per_cell for m in mm["methods"]},
+                         "evaluate_run": per_cell * len(mm["methods"])}, main_jobs
+    assert f"output: results/eval/{mm['task']}/grpo/seed0.json" in r.stdout
     # the no-RL arm is evaluated under every (K, psi), from its own (untrained) run directory
     for k in sw["hops"]:
         for psi in sw["psi"]:

@@ -282,8 +282,12 @@ def training_steps(cfg: dict[str, Any], method: str, task: str) -> int:
     return int(m.get("steps", (cfg.get("train") or {}).get("steps", 1)))
 
 
-def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
-    """Read every file the config asks for under `results`; absent ones go to `Results.missing`."""
+def load_results(results: str | Path, cfg: dict[str, Any], keys: list[RunKey] | None = None,
+                 studies: dict[str, Study] | None = None) -> Results:
+    """Read every file the config asks for under `results`; absent ones go to `Results.missing`. `keys` and
+    `studies`: the runs and studies to read when not the paper's report's (the sweep's report reads the studies
+    of its target with the main runs they pair with: Experiment.sweep_study_runs); the theory checks are read
+    with the paper's report's runs only."""
     root = Path(results)
     step_rows: list[dict[str, Any]] = []
     eval_rows: list[dict[str, Any]] = []
@@ -292,7 +296,7 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     missing: list[str] = []
     records: dict[RunKey, dict[str, Any]] = {}
     eval_not_run: dict[str, dict[str, str]] = {}
-    for key in report_keys(cfg):
+    for key in report_keys(cfg) if keys is None else keys:
         tag = {"scope": key.scope, "variant": key.variant, "task": key.task, "method": key.method, "seed": key.seed}
         rdir = Path(key.run_dir(str(root)))
         mpath = rdir / "metrics.jsonl"
@@ -320,11 +324,11 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     check_benchmarks(eval_rows)
     theory = None
     tpath = root / "theory" / "theory_checks.csv"
-    if tpath.exists():
+    if keys is None and tpath.exists():
         theory = read_theory(tpath)
         inputs.append({"kind": "theory", "scope": "theory", "variant": "", "task": "", "method": "", "seed": -1,
                        "path": str(tpath), "records": len(theory)})
-    else:
+    elif keys is None:
         missing.append(str(tpath))
     steps = pd.DataFrame(step_rows)
     evals = pd.DataFrame(eval_rows)
@@ -338,7 +342,8 @@ def load_results(results: str | Path, cfg: dict[str, Any]) -> Results:
     for task, benches in eval_not_run.items():  # ... or by an evaluation whose probe failed (its eval JSON)
         for bench, why in benches.items():
             not_run.setdefault(task, {}).setdefault(bench, why)
-    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg), inputs, missing, problems,
+    return Results(root, cfg, steps, evals, theory, ablation_studies(cfg) if studies is None else studies,
+                   inputs, missing, problems,
                    not_run=not_run, records=records)
 
 

@@ -21,7 +21,8 @@ shown, and the flat methods' budget against RTPO's realised trajectories per pro
   <tables>/sweep_claims.{csv,md}   ledger rows (rtpo.report.claims.verdicts.evaluate_family: the ledger's rules, one
                                    Benjamini-Hochberg family): the interaction at every K, its growth over K,
                                    and the manipulation check (the flat method's KL under lossy psi against
-                                   full: structural)
+                                   full: structural); then Control B's rows when its study runs with this
+                                   target (`control_rows`: the main ledger's control family)
   <figures>/sweep_horizon.png      pass@1 (the untrained arm too), RTPO − method and the mismatch against K,
                                    one column per psi, and the interaction against K
 
@@ -464,6 +465,25 @@ def _table_notes(table: pd.DataFrame) -> list[str]:
     return out
 
 
+def control_rows(results: str | Path, cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ledger rows of the controls that run with the sweep's target (a study with `target: sweep`: Control B,
+    `ablations.mismatch`, docs/design-controls.md §2), read with the main runs they pair with by seed and
+    adjusted in a family of their own (the main ledger's control family); [] when no such study is configured."""
+    from rtpo.experiment import Experiment
+    from rtpo.report.claims.controls import mismatch_control
+    from rtpo.report.claims.verdicts import evaluate_family
+    from rtpo.report.load import load_results
+
+    exp = Experiment(cfg)
+    if "mismatch" not in exp.sweep_studies:
+        return []
+    res = load_results(results, cfg, keys=[r.key for r in exp.sweep_study_runs()], studies=exp.sweep_studies)
+    if res.missing:
+        raise FileNotFoundError(f"sweep report: {len(res.missing)} file(s) of the controls run with the sweep's "
+                                f"target are absent, e.g. {res.missing[0]} (rule sweep makes them)")
+    return evaluate_family(mismatch_control(res, evidence="sweep_claims"), res.not_run)
+
+
 def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path, figures_dir: str | Path) -> list[Path]:
     """Write the sweep's table, claim rows and figure; returns the paths written."""
     from rtpo.report.claims.verdicts import evaluate_family
@@ -476,7 +496,7 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     tables_dir.mkdir(parents=True, exist_ok=True)
     df = load_sweep(results, cfg)
     table = horizon_table(df)
-    rows = evaluate_family(sweep_claims(df, cfg, table))
+    rows = evaluate_family(sweep_claims(df, cfg, table)) + control_rows(results, cfg)
     for r in rows:
         extra = undecided_note(r)
         if extra:
@@ -505,7 +525,7 @@ def write_sweep(results: str | Path, cfg: dict[str, Any], tables_dir: str | Path
     return paths
 
 
-__all__ = ["load_sweep", "horizon_table", "interaction", "interaction_growth", "interaction_pooled", "mapped_gap",
+__all__ = ["load_sweep", "horizon_table", "control_rows", "interaction", "interaction_growth", "interaction_pooled", "mapped_gap",
            "learning", "learning_verdict",
            "budget_ratio", "budget_flag", "sweep_claims", "undecided_note", "plot_sweep", "write_sweep",
            "BUDGET_TOLERANCE", "MIN_GAP_PP", "MIN_LEARNING_PP", "PAPER_GAIN"]
