@@ -19,6 +19,11 @@ BY_DESIGN_FULL = ("under psi = full GRPO samples and trains on the same context 
                   "negative: the manipulation check that the mismatch arm removes the mismatch")
 
 
+def not_run(cid: str, ref, claim: str, quantity: str, why: str, evidence: str = "table_controls") -> Claim:
+    """The one row a control gives when its study is not in the run (verdict "not run", saying why)."""
+    return Claim(cid, ref, claim, quantity, "pp", {}, kind=KIND_CONTROL, evidence=evidence, absent=why)
+
+
 def matched_updates(res: Results) -> list[Claim]:
     """Control A (study matched_updates, docs/design-controls.md 1): per task, GRPO with as many optimizer steps
     per training step as RTPO takes (GRPO-K). Does RTPO's lead survive it (RTPO − GRPO-K, against the effect its
@@ -26,9 +31,8 @@ def matched_updates(res: Results) -> list[Claim]:
     mu = res.studies.get("matched_updates")
     ref = PAPER["control_matched_updates"]
     if mu is None:
-        return [Claim("C.A-rtpo-grpo_k", ref, "RTPO's lead over GRPO survives matched optimizer steps",
-                      "RTPO − GRPO-K: pass@1", "pp", {}, kind=KIND_CONTROL, evidence="table_controls",
-                      absent="study matched_updates absent from the config")]
+        return [not_run("C.A-rtpo-grpo_k", ref, "RTPO's lead over GRPO survives matched optimizer steps",
+                        "RTPO − GRPO-K: pass@1", "study matched_updates absent from the config")]
     out = []
     for variant, task, m in mu.cells:
         label = f"{method_label(m)}-K"
@@ -67,9 +71,9 @@ def mismatch_control(res: Results, evidence: str = "table_controls") -> list[Cla
         in_sweep = str(((res.cfg.get("ablations") or {}).get("mismatch") or {}).get("target", "all")) == "sweep"
         why = ("it runs with the mechanism sweep's target (`bash scripts/pipeline.sh sweep`), whose ledger "
                "sweep_claims holds its rows" if in_sweep else "study mismatch (with rtpo and grpo) absent from the config")
-        return [Claim("C.B-interaction", ref, "RTPO's gain over GRPO is larger under the lossy psi than under psi = full",
-                      "(RTPO − GRPO)[main psi] − (RTPO − GRPO)[full]", "pp", {}, kind=KIND_CONTROL,
-                      evidence="sweep_claims" if in_sweep else "table_controls", absent=why)]
+        return [not_run("C.B-interaction", ref, "RTPO's gain over GRPO is larger under the lossy psi than under psi = full",
+                        "(RTPO − GRPO)[main psi] − (RTPO − GRPO)[full]", why,
+                        "sweep_claims" if in_sweep else "table_controls")]
     t, v = mm.task, mm.variants[0].name
     psi = str(((res.cfg.get("env") or {}).get(t) or {}).get("psi", "full"))
 
@@ -106,9 +110,8 @@ def turn_rows_control(res: Results) -> list[Claim]:
     tr = res.studies.get("turn_rows")
     ref = PAPER["control_turn_rows"]
     if tr is None:
-        return [Claim("C.M-grpo_turn-grpo", ref, "removing the rollout–training mismatch helps GRPO",
-                      "GRPO-turn − GRPO: pass@1", "pp", {}, kind=KIND_CONTROL, evidence="table_controls",
-                      absent="study turn_rows absent from the config")]
+        return [not_run("C.M-grpo_turn-grpo", ref, "removing the rollout–training mismatch helps GRPO",
+                        "GRPO-turn − GRPO: pass@1", "study turn_rows absent from the config")]
     tasks = [t for t in headline(res) if t in tr.tasks] or list(tr.tasks)
     v = tr.variants[0].name
     both = "+".join(tasks)
