@@ -68,14 +68,18 @@ def register() -> None:
     makes the dispatch take vLLM's own fallback branch, ``torch.nn.functional.linear(x, weight,
     bias)`` with the parameter kept, so pushed weights are the ones used (tested:
     tests/vllm_cpu/). Cost: oneDNN's prepacked GEMM speed, irrelevant at test sizes. No effect on
-    other platforms (GPUs) or when ``RTPO_VLLM_CPU_PACKED=1``.
+    other platforms (GPUs) or when ``RTPO_VLLM_CPU_PACKED=1``. Also `_no_busy_wait` (below).
     """
     global _PATCHED
-    if _PATCHED or os.environ.get("RTPO_VLLM_CPU_PACKED") == "1":
+    if _PATCHED:
         return
     from vllm.platforms import current_platform
 
     if not current_platform.is_cpu():
+        return
+    _no_busy_wait()
+    _PATCHED = True
+    if os.environ.get("RTPO_VLLM_CPU_PACKED") == "1":
         return
     import torch
     from vllm.model_executor.layers import utils
@@ -88,4 +92,26 @@ def register() -> None:
         layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
 
     utils.dispatch_cpu_unquantized_gemm = live_weight_gemm  # linear.py imports it at call time
-    _PATCHED = True
+
+
+def _no_busy_wait() -> None:
+    """On vLLM's CPU platform, readers of vLLM's shared-memory message queues (the multiproc executor's
+    workers at tensor parallel > 1, the engine core reading their replies) wait on the queue's socket
+    instead of spinning. vLLM keeps a reader busy-looping (``sched_yield``) for 1 s after every read
+    (vllm/distributed/device_communicators/shm_broadcast.py SpinCondition, busy_loop_s=1: latency on a
+    GPU host with cores to spare). On a CPU those cycles come out of the cores that compute: a reader
+    spends ~1 s of CPU after each read it makes (tests/vllm_cpu/test_shm_idle.py: 0.98 s while waiting
+    1.5 s for a message; docs/rehearsal.md, "The GPU settings on a CPU"). The writer notifies the socket
+    after every write, so a reader that goes idle at once wakes on the next message: same messages, same
+    order."""
+    from vllm.distributed.device_communicators import shm_broadcast
+
+    init = shm_broadcast.SpinCondition.__init__
+    if getattr(init, "_rtpo_cpu", False):
+        return
+
+    def idle_reader_init(self, is_reader, context, notify_address, busy_loop_s=1):
+        init(self, is_reader, context, notify_address, busy_loop_s=0)
+
+    idle_reader_init._rtpo_cpu = True  # type: ignore[attr-defined]
+    shm_broadcast.SpinCondition.__init__ = idle_reader_init
