@@ -675,10 +675,10 @@ class Experiment:
 
     def sweep_study_runs(self) -> list[Run]:
         """The runs the sweep's report reads for the studies of its target: their arms and the main-grid runs of
-        the same task and method, which they pair with by seed (Control B: (RTPO − GRPO)[main psi] − [full])."""
+        the same task, method and seed, which they pair with (Control B: (RTPO − GRPO)[main psi] − [full])."""
         arms = [r for r in self.runs if r.scope in self.sweep_studies]
-        twins = {(r.task, r.method) for r in arms}
-        return arms + [r for r in self.runs if r.scope == MAIN and (r.task, r.method) in twins]
+        twins = {(r.task, r.method, r.seed) for r in arms}
+        return arms + [r for r in self.runs if r.scope == MAIN and (r.task, r.method, r.seed) in twins]
 
     def report_runs(self) -> list[Run]:
         """The runs the paper's report reads: the main grid and every ablation arm of `all` (the sweep's target

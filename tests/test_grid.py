@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rtpo import experiment as grid
-from rtpo.experiment import Experiment, RunKey
+from rtpo.experiment import MAIN, Experiment, RunKey
 from rtpo.config import load_config
 from rtpo.dag import Dag
 from rtpo.report.load import load_results
@@ -35,12 +35,17 @@ def test_dag_writes_exactly_the_runs_the_report_reads(name):
         assert c.task in st[c.study].tasks and (c.variant, c.task, c.method) in st[c.study].cells
         assert st[c.study].task == c.task or c.study in ("matched_updates", "turn_rows")   # one task, or several
     assert sum(len(s.cells) for s in st.values()) == len(in_all)
-    # the sweep's target: its cells and the arms of studies with `target: sweep` (Control B), which its report reads
+    # the sweep's target: its cells, the arms of studies with `target: sweep` (Control B) and the main runs those
+    # arms pair with by seed (same task and method), which its report reads
     with_sweep = [c for c in d.cells if c not in in_all]
     assert not set(st) & {c.study for c in with_sweep}
+    twins = [r for r in Experiment(cfg).select(MAIN)
+             if any((r.task, r.method) == (c.task, c.method) and r.seed in c.seeds for c in with_sweep)]
     read = {c.eval_file(s) for c in [*d.sweep, *with_sweep] for s in c.seeds} | \
-           {f"{c.run_dir(s)}/summary.json" for c in [*d.sweep, *with_sweep] for s in c.seeds}
+           {f"{c.run_dir(s)}/summary.json" for c in [*d.sweep, *with_sweep] for s in c.seeds} | \
+           {r.eval_file() for r in twins} | {f"{r.run_dir()}/summary.json" for r in twins}
     assert read == set(d.sweep_targets())
+    assert bool(twins) == bool(with_sweep)
 
 
 def test_variant_names_and_paths():
