@@ -94,24 +94,40 @@ def register() -> None:
     utils.dispatch_cpu_unquantized_gemm = live_weight_gemm  # linear.py imports it at call time
 
 
+# A waiting reader wakes at least this often to look at the queue itself (see _no_busy_wait).
+IDLE_POLL_MS = 20
+
+
 def _no_busy_wait() -> None:
     """On vLLM's CPU platform, readers of vLLM's shared-memory message queues (the multiproc executor's
     workers at tensor parallel > 1, the engine core reading their replies) wait on the queue's socket
-    instead of spinning. vLLM keeps a reader busy-looping (``sched_yield``) for 1 s after every read
+    instead of spinning, and look at the queue at least every IDLE_POLL_MS whatever the socket says.
+
+    vLLM keeps a reader busy-looping (``sched_yield``) for 1 s after every read
     (vllm/distributed/device_communicators/shm_broadcast.py SpinCondition, busy_loop_s=1: latency on a
     GPU host with cores to spare). On a CPU those cycles come out of the cores that compute: a reader
     spends ~1 s of CPU after each read it makes (tests/vllm_cpu/test_shm_idle.py: 0.98 s while waiting
-    1.5 s for a message; docs/rehearsal.md, "The GPU settings on a CPU"). The writer notifies the socket
-    after every write, so a reader that goes idle at once wakes on the next message: same messages, same
-    order."""
+    1.5 s for a message; docs/rehearsal.md, "The GPU settings on a CPU"). So busy_loop_s is 0 here.
+
+    The socket alone is not enough: the writer's notification is a zmq PUB message (SNDHWM 1, the reader
+    CONFLATEs), which zmq may drop -- a reader that subscribed after the write (the first message), or a
+    notification behind one not yet sent. vLLM's 1 s spin hides a lost one; without it the reader waits
+    on the socket for ever while the writer waits for the reader ("No available shared memory broadcast
+    block found in 60 seconds", every minute: a rehearsal's first evaluation hung this way at fc21f75).
+    So an idle reader's poll is bounded by IDLE_POLL_MS: a lost notification costs at most 20 ms, never
+    a hang (test_shm_idle.py drops one). Same messages, same order."""
     from vllm.distributed.device_communicators import shm_broadcast
 
-    init = shm_broadcast.SpinCondition.__init__
-    if getattr(init, "_rtpo_cpu", False):
+    cond = shm_broadcast.SpinCondition
+    if getattr(cond.__init__, "_rtpo_cpu", False):
         return
+    init, wait = cond.__init__, cond.wait
 
     def idle_reader_init(self, is_reader, context, notify_address, busy_loop_s=1):
         init(self, is_reader, context, notify_address, busy_loop_s=0)
 
+    def bounded_wait(self, timeout_ms=None):
+        wait(self, timeout_ms=IDLE_POLL_MS if timeout_ms is None else min(timeout_ms, IDLE_POLL_MS))
+
     idle_reader_init._rtpo_cpu = True  # type: ignore[attr-defined]
-    shm_broadcast.SpinCondition.__init__ = idle_reader_init
+    cond.__init__, cond.wait = idle_reader_init, bounded_wait
