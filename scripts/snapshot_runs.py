@@ -4,10 +4,11 @@ byte-identical; a config or rule changed on purpose rewrites them with `--write`
 change, to read in review).
 
     python scripts/snapshot_runs.py            compare with tests/snapshots/ (exit 1 naming what differs)
-    python scripts/snapshot_runs.py --write    rewrite tests/snapshots/ from config/*.yaml
+    python scripts/snapshot_runs.py --write    rewrite tests/snapshots/ from config/*.yaml (and the overlays)
     python scripts/snapshot_runs.py --only smoke --no-jobs   one config, run list only (seconds)
 
-Per config NAME (config/NAME.yaml):
+Per config NAME (config/NAME.yaml; config+LAYER: config/config.yaml with config/overlays/LAYER.yaml over it, as
+`--configfile config/config.yaml config/overlays/LAYER.yaml` merges them):
   NAME.runs.txt   one line per run of `Experiment(cfg).runs`, in order: its key, `--set` overrides, seed
                   group, the run it copies, the sha256 (16 hex) of its effective settings and of its
                   evaluation settings, and its checkpoint stamp;
@@ -36,7 +37,27 @@ ENV = {"PYTHONHASHSEED": "0", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "
 
 
 def configs() -> list[str]:
-    return sorted(p.stem for p in (ROOT / "config").glob("*.yaml"))
+    return (sorted(p.stem for p in (ROOT / "config").glob("*.yaml"))
+            + sorted(f"config+{p.stem}" for p in (ROOT / "config" / "overlays").glob("*.yaml")))
+
+
+def config_files(name: str) -> list[str]:
+    """The --configfile arguments of a snapshot name, relative to the repository: config/NAME.yaml, or for
+    BASE+LAYER config/BASE.yaml and config/overlays/LAYER.yaml."""
+    base, _, layer = name.partition("+")
+    return [f"config/{base}.yaml"] + ([f"config/overlays/{layer}.yaml"] if layer else [])
+
+
+def merged_config(name: str) -> dict:
+    """The config of a snapshot name as Snakemake sees it: its files merged in order (snakemake.utils.update_config:
+    mappings merged key by key, anything else replaced)."""
+    import yaml
+    from snakemake.utils import update_config
+
+    cfg: dict = {}
+    for f in config_files(name):
+        update_config(cfg, yaml.safe_load((ROOT / f).read_text()) or {})
+    return cfg
 
 
 def _sha(text: str) -> str:
@@ -49,7 +70,10 @@ def run_list(name: str, sets: list[str] | None = None) -> str:
     from rtpo.config import load_config
     from rtpo.experiment import Experiment, fingerprint
 
-    exp = Experiment(load_config(ROOT / "config" / f"{name}.yaml", sets))
+    with tempfile.TemporaryDirectory(prefix="rtpo-snapshot-") as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(__import__("yaml").safe_dump(merged_config(name), sort_keys=False))
+        exp = Experiment(load_config(path, sets))
     lines = []
     for r in exp.runs:
         group = ",".join(str(s) for s in r.seed_group)
@@ -91,18 +115,17 @@ def dry_run_jobs(output: str) -> list[str]:
 
 def job_list(name: str) -> str:
     """NAME.jobs.txt: `snakemake -n` of config/NAME.yaml (target all, and sweep where there is one)."""
-    import yaml
-
     snakemake = Path(sys.executable).parent / "snakemake"
-    has_sweep = bool((yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) or {}).get("sweep"))
+    has_sweep = bool(merged_config(name).get("sweep"))
+    files = config_files(name)
     out = []
     with tempfile.TemporaryDirectory(prefix="rtpo-snapshot-") as tmp:
         work = _workflow_copy(Path(tmp))
         for target in ["all"] + (["sweep"] if has_sweep else []):
-            r = subprocess.run([str(snakemake), "-n", target, "--configfile", f"config/{name}.yaml"], cwd=work,
+            r = subprocess.run([str(snakemake), "-n", target, "--configfile", *files], cwd=work,
                                env={**os.environ, **ENV}, capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
-                raise SystemExit(f"snakemake -n {target} --configfile config/{name}.yaml failed:\n"
+                raise SystemExit(f"snakemake -n {target} --configfile {' '.join(files)} failed:\n"
                                  f"{(r.stdout + r.stderr)[-3000:]}")
             jobs = dry_run_jobs(r.stdout)
             out.append(f"# target {target}: {len(jobs)} jobs\n" + "\n".join(jobs))

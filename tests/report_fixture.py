@@ -58,13 +58,15 @@ THEORY_ROWS = [
 
 def every_study(cfg: dict[str, Any]) -> dict[str, Any]:
     """`cfg` with one seed list for every cell and every study at every arm: 4 main seeds, 3 per arm, the
-    G2 arm and the sync study (G.6) that the CPU default no longer runs. The report tests state their
-    expectations on this grid, so that each table and ledger row has runs; a test of per-cell seed counts
-    or of a study left out sets those itself."""
+    G2 arm and the studies the CPU default leaves to config/overlays/optional.yaml (sync, continuation, credit
+    assignment). The report tests state their expectations on this grid, so that each table and ledger row
+    has runs; a test of per-cell seed counts or of a study left out sets those itself."""
     cfg = copy.deepcopy(cfg)
     cfg.pop("seed_counts", None)
     cfg["seeds"] = [0, 1, 2, 3]
     abl = cfg["ablations"]
+    for study, spec in yaml.safe_load((ROOT / "config" / "overlays" / "optional.yaml").read_text())["ablations"].items():
+        abl.setdefault(study, copy.deepcopy(spec))
     abl["seeds"] = [0, 1, 2]
     abl["group_size"] = {"task": "airline", "values": [2, 3, 4]}
     abl["sync"] = {"task": "search", "values": ["per_stage", "interval:2", "kl:0.01"]}

@@ -14,12 +14,30 @@ from rtpo.dag import Dag
 from rtpo.report.load import load_results
 from tests.conftest import ROOT
 
-CONFIGS = sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
+# every shipped config, and config.yaml with each overlay (config/overlays/) merged over it as Snakemake merges
+# `--configfile config/config.yaml config/overlays/X.yaml`
+CONFIGS = (sorted(p.name for p in (ROOT / "config").glob("*.yaml"))
+           + sorted(f"config.yaml+{p.name}" for p in (ROOT / "config" / "overlays").glob("*.yaml")))
+
+
+def shipped_config(name: str) -> dict:
+    """A CONFIGS entry, validated as load_config validates a file."""
+    import yaml
+    from snakemake.utils import update_config
+
+    from rtpo.config import validate_config
+
+    base, _, layer = name.partition("+")
+    cfg = yaml.safe_load((ROOT / "config" / base).read_text())
+    if layer:
+        update_config(cfg, yaml.safe_load((ROOT / "config" / "overlays" / layer).read_text()))
+    validate_config(cfg, source=name)
+    return cfg
 
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_dag_writes_exactly_the_runs_the_report_reads(name):
-    cfg = load_config(ROOT / "config" / name)
+    cfg = shipped_config(name)
     d = Dag(cfg)
     written = set(d.train_targets() + d.eval_targets() + d.ablation_targets()) - {"results/theory"}
     runs = {f"{r.run_dir()}/summary.json" for r in Experiment(cfg).report_runs()}
@@ -114,7 +132,7 @@ def test_one_list_of_runs(name):
 
     from rtpo.config import method_settings, set_path
 
-    cfg = load_config(ROOT / "config" / name)
+    cfg = shipped_config(name)
     exp = Experiment(cfg)
     keys = [r.key for r in exp.runs]
     assert len(keys) == len(set(keys))

@@ -190,33 +190,43 @@ def test_a_paired_row_pairs_the_seeds_both_cells_have(tmp_path):
     assert row["n"] == 5 and row["seeds"] == "0;1;2;3;4"
 
 
-def test_a_study_left_out_gives_not_run_rows(tmp_path):
-    """No ablations.sync: the ledger's G.6 row and tableG6_sync say "not run in this config", and the table's
-    own target (rtpo report tables --only tableG6_sync) writes it rather than failing."""
-    from rtpo.report import ledger
+@pytest.mark.parametrize("study, rows, tables", [
+    ("sync", ["G.6-acc"], ["tableG6_sync"]),
+    ("continuation", ["4.4-average", "4.4-hardest", "4.4-horizon-trend"],
+     ["table03_continuation", "table06_continuation_detail"]),
+    ("credit_assignment", ["4.3-grpo", "4.3-tree_grpo", "4.3-seeupo"], ["table02_credit_assignment"]),
+])
+def test_a_study_left_out_gives_not_run_rows(tmp_path, study, rows, tables):
+    """A study the config leaves out (the CPU default leaves sync, continuation and credit assignment to
+    config/overlays/optional.yaml): the ledger's rows of it say "not run in this config" (counted apart, not
+    inconclusive), and its tables say so too -- each table's own target (rtpo report tables --only ...)
+    writes it rather than failing or leaving it missing."""
+    from rtpo.report import ledger, tables_studies
     from rtpo.report.claims.verdicts import evaluate_claim
     from rtpo.report.cli import run_report
     from rtpo.report.load import load_results
-    from rtpo.report.tables_studies import tableG6_sync
     from rtpo.report.stats import NOT_RUN
 
     cfg = fixture_config(**{"train.steps": 4, "seeds": [0, 1], "ablations.seeds": [0, 1]})
-    del cfg["ablations"]["sync"]
+    del cfg["ablations"][study]
     make_results_tree(tmp_path, cfg, theory=False)
     res = load_results(tmp_path / "results", cfg)
-    assert "sync" not in res.studies
-    g6 = [c for c in ledger.build_claims(res) if c.id.startswith("G.6")]
-    assert [c.id for c in g6] == ["G.6-acc"]
-    row = evaluate_claim(g6[0])
-    # counted apart (not inconclusive: nothing ran), and no unrelated "not run" list (the deep-search one) added
-    row_nr = evaluate_claim(g6[0], not_run={"search": {"gaia"}})
-    assert row["verdict"] == NOT_RUN and row["n"] == 0 and "not run in this config" in row["note"]
-    assert "gaia" not in row_nr["note"]
-    counts = ledger.verdict_counts(pd.DataFrame([row]))
-    assert counts[NOT_RUN] == 1 and counts["inconclusive"] == 0
-    (table,) = tableG6_sync(res)
-    assert "not run in this config" in table.display.iloc[0]["metric"]
-    written = run_report("tables", tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures",
-                         only=["tableG6_sync"])
-    md = next(p for p in written if p.suffix == ".md")
-    assert "not run in this config" in md.read_text()
+    assert study not in res.studies
+    prefix = rows[0].split("-")[0] + "-"
+    got = [c for c in ledger.build_claims(res) if c.id.startswith(prefix)]
+    assert [c.id for c in got] == rows
+    for c in got:
+        row = evaluate_claim(c)
+        # counted apart (not inconclusive: nothing ran), and no unrelated "not run" list (the deep-search one) added
+        row_nr = evaluate_claim(c, not_run={"search": {"gaia"}})
+        assert row["verdict"] == NOT_RUN and row["n"] == 0 and "not run in this config" in row["note"], row
+        assert "gaia" not in row_nr["note"]
+    counts = ledger.verdict_counts(pd.DataFrame([evaluate_claim(c) for c in got]))
+    assert counts[NOT_RUN] == len(rows) and counts["inconclusive"] == 0
+    for name in tables:
+        (table,) = getattr(tables_studies, name)(res)
+        assert "not run in this config" in table.display.iloc[0]["metric"]
+        written = run_report("tables", tmp_path / "results", cfg, tmp_path / "tables", tmp_path / "figures",
+                             only=[name])
+        md = next(p for p in written if p.suffix == ".md")
+        assert "not run in this config" in md.read_text() and "config/overlays/optional.yaml" in md.read_text()

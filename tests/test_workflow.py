@@ -185,12 +185,16 @@ def test_each_paper_table_is_a_target_of_its_own(wf):
 
 def test_cpu_default_reuses_identical_ablation_variants(wf):
     """The main run's G, sync per_stage and on-policy continuation equal the main RTPO runs of
-    config.yaml: copied for the ablation seeds, not retrained (the main seeds beyond them are not copied:
-    the ledger reads them from the main runs); everything else trains on the ablation seeds, in seed-group jobs."""
-    r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml")
+    config.yaml (with config/overlays/optional.yaml, which adds the sync and continuation studies): copied for
+    the ablation seeds, not retrained (the main seeds beyond them are not copied: the ledger reads them from the
+    main runs); everything else trains on the ablation seeds, in seed-group jobs."""
+    from snakemake.utils import update_config
+
+    r = run_snakemake(wf, "--summary", "--configfile", "config/config.yaml", "config/overlays/optional.yaml")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     rules = {line.split("\t")[0]: line.split("\t")[2] for line in r.stdout.splitlines()[1:] if "\t" in line}
     cfg = load("config")
+    update_config(cfg, load("overlays/optional"))
     G = cfg["method"]["rtpo"]["group_size"]
     assert G in cfg["ablations"]["group_size"]["values"] and 2 != G
     twins = {"group_size": (f"G{G}", "airline"), "sync": ("per_stage", "search"), "continuation": ("on_policy", "search")}

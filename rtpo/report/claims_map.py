@@ -24,6 +24,7 @@ from rtpo.atomic import atomic_write_text
 # the runs behind each table / figure: (what they are, the Snakemake targets that make them)
 MAIN = ("the main grid: every method x task x seed, trained and evaluated", "train evaluate")
 TRAIN = ("the main grid's training records (metrics.jsonl)", "train")
+OPTIONAL = " (paper and smoke configs, config/overlays/optional.yaml: not in the CPU default)"
 EVIDENCE: dict[str, tuple[str, str]] = {
     **{name: MAIN for name in ("table01_main", "table01_gains", "table01_vs_vanilla", "table07_airline_online",
                                "table08_airline_eval", "table09_airline_tools", "table12_trunk_failures",
@@ -31,15 +32,16 @@ EVIDENCE: dict[str, tuple[str, str]] = {
                                "table_learning")},
     "table14_training_cost": TRAIN,
     "fig03_consistency": TRAIN,
-    "table02_credit_assignment": ("ablation credit_assignment: psi = full on math", "ablations"),
-    "table03_continuation": ("ablation continuation: on- vs off-policy continuation on search", "ablations"),
-    "table06_continuation_detail": ("ablation continuation: on- vs off-policy continuation on search", "ablations"),
+    "table02_credit_assignment": ("ablation credit_assignment: psi = full on math" + OPTIONAL, "ablations"),
+    "table03_continuation": ("ablation continuation: on- vs off-policy continuation on search" + OPTIONAL, "ablations"),
+    "table06_continuation_detail": ("ablation continuation: on- vs off-policy continuation on search" + OPTIONAL,
+                                    "ablations"),
     "table10_group_size": ("ablation group_size: G in `ablations.group_size.values` on airline (CPU default 3, 4; "
                            "paper 2, 3, 4)", "ablations"),
     "table11_group_size_cost": ("ablation group_size: G in `ablations.group_size.values` on airline (CPU default "
                                 "3, 4; paper 2, 3, 4)", "ablations"),
-    "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search (paper and smoke configs; not in "
-                     "the CPU default)", "ablations"),
+    "tableG6_sync": ("ablation sync: per_stage | interval:2 | kl:0.01 on search (paper and smoke configs, "
+                     "config/overlays/optional.yaml: not in the CPU default)", "ablations"),
     "table_controls": ("the controls (not the paper's): matched_updates, GRPO and Tree-GRPO with RTPO's optimizer "
                        "steps per training step on airline; turn_rows, GRPO trained per turn on the contexts it "
                        "sampled on math and search; with the main runs", "train evaluate ablations"),

@@ -15,10 +15,20 @@ from rtpo.report.table_base import TIMING_NOTE, Table, cell, diff_ci, method_lab
 # §4.3 Table 2
 # ------------------------------------------------------------------------------------------------
 
+def not_run(name: str, title: str, study: str) -> list[Table]:
+    """The table of a study the config leaves out: one row saying so, rather than a missing table (the CPU
+    default leaves the continuation, credit-assignment and sync studies to config/overlays/optional.yaml)."""
+    note = (f"not run in this config: it has no ablations.{study} study (config/overlays/optional.yaml adds it: "
+            "`bash scripts/pipeline.sh --configfile config/config.yaml config/overlays/optional.yaml`)")
+    return [Table(name, title, pd.DataFrame([{"study": study, "note": note}]),
+                  pd.DataFrame([{"metric": "not run in this config", "benchmark": "—"}]), [note])]
+
+
 def table02_credit_assignment(res: Results) -> list[Table]:
     st = res.studies.get("credit_assignment")
     if st is None:
-        return []
+        return not_run("table02_credit_assignment", "Table 2: turn-level credit assignment under full-history "
+                       "rollouts", "credit_assignment")
     v = st.variants[0].name
     benches = res.benchmarks(st.task, st.name, v)
     if not benches:
@@ -56,7 +66,9 @@ def hit_metric(res: Results, task: str, scope: str) -> str:
 
 def table03_continuation(res: Results) -> list[Table]:
     st = res.studies.get("continuation")
-    if st is None or res.evals.empty or len(st.variants) < 1:
+    if st is None:
+        return not_run("table03_continuation", "Table 3: on-policy vs off-policy continuation", "continuation")
+    if res.evals.empty or len(st.variants) < 1:
         return []
     m = st.methods[0]
     ref = st.variants[0].name
@@ -100,7 +112,10 @@ DETAIL_METRICS = (("hit", "output-hit (%)", 100, 1), ("em", "EM (%)", 100, 1), (
 
 def table06_continuation_detail(res: Results) -> list[Table]:
     st = res.studies.get("continuation")
-    if st is None or res.evals.empty:
+    if st is None:
+        return not_run("table06_continuation_detail", "Table 6: on-policy vs off-policy continuation, all metrics",
+                       "continuation")
+    if res.evals.empty:
         return []
     m = st.methods[0]
     k = res.eval_k()
@@ -203,11 +218,8 @@ def table11_group_size_cost(res: Results) -> list[Table]:
 
 def tableG6_sync(res: Results) -> list[Table]:
     st = res.studies.get("sync")
-    if st is None:  # left out of the config: say so rather than leave the table missing
-        note = "not run in this config: it has no ablations.sync study"
-        return [Table("tableG6_sync", "Synchronisation frequency of on-policy continuation (§G.6)",
-                      pd.DataFrame([{"study": "sync", "note": note}]),
-                      pd.DataFrame([{"metric": "not run in this config", "benchmark": "—"}]), [note])]
+    if st is None:
+        return not_run("tableG6_sync", "Synchronisation frequency of on-policy continuation (§G.6)", "sync")
     m = st.methods[0]
     metric = hit_metric(res, st.task, st.name)
     label = "output-hit" if metric == "hit" else metric

@@ -40,6 +40,7 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
         conda:
             CONDA_ENV
         threads: PIPELINE.threads
+        priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
         params:
             **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
             method=lambda wildcards: run_of(wildcards).method,

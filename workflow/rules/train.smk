@@ -76,6 +76,7 @@ for _method in PIPELINE.trainable:
             conda:
                 CONDA_ENV
             threads: PIPELINE.threads
+            priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
             params:
                 **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
                 method=_method,

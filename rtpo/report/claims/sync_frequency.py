@@ -10,7 +10,7 @@ from rtpo.report.tables_studies import hit_metric
 
 BY_DESIGN_SYNCS = "the number of weight syncs per step is set by the sync schedule in the config"
 
-NOT_RUN_SYNC = "it has no ablations.sync study"
+NOT_RUN_SYNC = "it has no ablations.sync study (config/overlays/optional.yaml adds it)"
 
 
 def sync_frequency(res: Results) -> list[Claim]:
