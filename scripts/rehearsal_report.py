@@ -22,6 +22,7 @@ import json
 import re
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -67,6 +68,19 @@ def failed_for_good(js: list[dict], attempts: int) -> list[str]:
                   if len(g) >= attempts and max(g, key=lambda j: j["start"])["state"] != "COMPLETED")
 
 
+def stuck(slurm: Path, minutes: float, now: float) -> list[str]:
+    """The jobs still RUNNING (rule and wildcards) that started more than `minutes` before `now`: a rehearsal job
+    takes 1-5 min, so one running for half an hour is hung, not slow (a vLLM queue reader waiting for ever on a
+    lost notification did exactly that at f09a27d, and CI's time limit then cut the slice with no job failed)."""
+    out = []
+    for p in sorted((slurm / "jobs").glob("*.json")):
+        j = json.loads(p.read_text())
+        if j.get("state") == "RUNNING" and "start" in j and now - j["start"] > minutes * 60:
+            out.append(f"{j.get('opts', {}).get('--comment', p.stem)} (job {p.stem}, running "
+                       f"{(now - j['start']) / 60:.0f} min)")
+    return out
+
+
 def step_costs(metrics: Path) -> dict | None:
     recs = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()] if metrics.exists() else []
     if not recs:
@@ -104,13 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-failed", action="store_true", help="print nothing else; exit 1 if a job failed on "
                     "every attempt it was given (.ci/run, after its time limit cut a slice)")
     ap.add_argument("--attempts", type=int, default=4, help="attempts per job: 1 + slurm/profile.yaml's retries")
+    ap.add_argument("--stuck-min", type=float, default=30.0, help="with --check-failed: a job still running after "
+                    "this many minutes counts as hung (a rehearsal job takes 1-5 min)")
     args = ap.parse_args(argv)
     js = [j for j in jobs(args.slurm) if j["start"] >= args.since]
     if args.check_failed:
         bad = failed_for_good(js, args.attempts)
         for name in bad:
             print(f"failed on all {args.attempts} attempts: {name}")
-        return 1 if bad else 0
+        hung = stuck(args.slurm, args.stuck_min, time.time())
+        for name in hung:
+            print(f"still running after {args.stuck_min:g} min, hung: {name}")
+        return 1 if bad or hung else 0
     lines = ["# The rehearsal: where its time went", ""]
     if js:
         span = (max(j["end"] for j in js) - min(j["start"] for j in js)) / 60

@@ -190,10 +190,10 @@ def sbatch(argv: list[str]) -> int:
     end_time = time.time() + limit["limit_s"] if limit else None
     if end_time:
         env["SLURM_JOB_END_TIME"] = str(int(end_time))
-    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc,
-                                            "end_time": end_time}))
-    kill = kill_plan(opts, workdir)
     started = time.time()
+    job_file(job_id).write_text(json.dumps({"name": name, "state": "RUNNING", "opts": opts, "alloc": alloc,
+                                            "end_time": end_time, "start": started}))
+    kill = kill_plan(opts, workdir)
     with open(log_path, "w") as out:
         proc = subprocess.Popen(["/bin/sh", "-c", script], cwd=workdir, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
