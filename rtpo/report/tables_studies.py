@@ -15,9 +15,14 @@ from rtpo.report.table_base import TIMING_NOTE, Table, cell, diff_ci, method_lab
 # §4.3 Table 2
 # ------------------------------------------------------------------------------------------------
 
+def left_out(study: str) -> str:
+    """Why a study's tables and ledger rows are empty when the config leaves it out (the CPU default leaves the
+    continuation, credit-assignment and sync studies to config/overlays/optional.yaml)."""
+    return f"it has no ablations.{study} study (config/overlays/optional.yaml adds it)"
+
+
 def not_run(name: str, title: str, study: str) -> list[Table]:
-    """The table of a study the config leaves out: one row saying so, rather than a missing table (the CPU
-    default leaves the continuation, credit-assignment and sync studies to config/overlays/optional.yaml)."""
+    """The table of a study the config leaves out: one row saying so, rather than a missing table."""
     note = (f"not run in this config: it has no ablations.{study} study (config/overlays/optional.yaml adds it: "
             "`bash scripts/pipeline.sh --configfile config/config.yaml config/overlays/optional.yaml`)")
     return [Table(name, title, pd.DataFrame([{"study": study, "note": note}]),

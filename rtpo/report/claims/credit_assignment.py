@@ -6,9 +6,7 @@ from rtpo.report.claims.claim import Claim, PerSeed, pp_diff
 from rtpo.report.load import Results
 from rtpo.report.paper_reference import PAPER
 from rtpo.report.table_base import method_label
-
-
-NOT_RUN_CA = "it has no ablations.credit_assignment study (config/overlays/optional.yaml adds it)"
+from rtpo.report.tables_studies import left_out
 
 
 def credit_assignment(res: Results) -> list[Claim]:
@@ -26,6 +24,5 @@ def credit_assignment(res: Results) -> list[Claim]:
         out.append(Claim(
             f"4.3-{m}", PAPER["rtpo_ca_best"], f"under full-history rollouts RTPO-CA beats {method_label(m)}",
             f"RTPO-CA − {method_label(m)}: pass@1 averaged over the math benchmarks (psi = full)", "pp", values,
-            evidence="table02_credit_assignment",
-            absent="" if ca else NOT_RUN_CA))
+            evidence="table02_credit_assignment", absent="" if ca else left_out("credit_assignment")))
     return out

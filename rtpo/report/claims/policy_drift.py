@@ -8,7 +8,7 @@ from rtpo.report.claims.claim import (
 from rtpo.report.load import Results, benchmark_label
 from rtpo.report.paper_reference import PAPER
 from rtpo.report.stats import paired
-from rtpo.report.tables_studies import hit_metric
+from rtpo.report.tables_studies import hit_metric, left_out
 
 
 def policy_drift(res: Results) -> list[Claim]:
@@ -16,7 +16,7 @@ def policy_drift(res: Results) -> list[Claim]:
     most on the longest horizons."""
     co = res.studies.get("continuation")
     if co is None or len(co.variants) < 2:  # every row of the study, each saying why it did not run
-        why = ("it has no ablations.continuation study (config/overlays/optional.yaml adds it)" if co is None
+        why = (left_out("continuation") if co is None
                else "the continuation study has one variant: nothing to compare")
         return [Claim(cid, PAPER[ref], claim, quantity, "pp", {}, evidence="table03_continuation", absent=why)
                 for cid, ref, claim, quantity in (

@@ -6,11 +6,9 @@ from rtpo.report.claims.claim import Claim, PerSeed, bench_name, hardest, pp_dif
 from rtpo.report.load import Results
 from rtpo.report.paper_reference import PAPER
 from rtpo.report.stats import KIND_STRUCTURAL, paired
-from rtpo.report.tables_studies import hit_metric
+from rtpo.report.tables_studies import hit_metric, left_out
 
 BY_DESIGN_SYNCS = "the number of weight syncs per step is set by the sync schedule in the config"
-
-NOT_RUN_SYNC = "it has no ablations.sync study (config/overlays/optional.yaml adds it)"
 
 
 def sync_frequency(res: Results) -> list[Claim]:
@@ -20,7 +18,7 @@ def sync_frequency(res: Results) -> list[Claim]:
     if sy is None:  # a config may leave the study out (the CPU default: its arms need >400 seeds to decide)
         return [Claim("G.6-acc", PAPER["sync_accuracy"], "per-stage synchronisation beats every cheaper schedule on "
                       "the hardest tier", "per_stage − a cheaper schedule: pass@1 on the hardest tier", "pp", {},
-                      evidence="tableG6_sync", absent=NOT_RUN_SYNC)]
+                      evidence="tableG6_sync", absent=left_out("sync"))]
     if len(sy.variants) < 2:
         return []
     ref, m = sy.variant_names()[0], sy.methods[0]
