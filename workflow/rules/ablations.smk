@@ -37,10 +37,10 @@ for _job in PIPELINE.ablation_seed_jobs("ablation_train"):
             f"results/benchmarks/ablations/{{cell}}/{_job.label}.train.tsv"
         wildcard_constraints:
             **_job.wildcard_constraints,  # cell: the trained arms of this seed group
+        priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
         conda:
             CONDA_ENV
         threads: PIPELINE.threads
-        priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
         params:
             **seed_params(_job, _run, "results/logs/ablations/{cell}/seed{seed}/train.log"),
             method=lambda wildcards: run_of(wildcards).method,

@@ -73,10 +73,10 @@ for _method in PIPELINE.trainable:
                 f"results/benchmarks/train/{{task}}/{_method}/{_job.label}.tsv"
             wildcard_constraints:
                 **_job.wildcard_constraints,  # task: the cells of this seed group (seed_counts)
+            priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
             conda:
                 CONDA_ENV
             threads: PIPELINE.threads
-            priority: _job.priority  # the jobs of most seeds first (rtpo.dag.SeedJob.priority)
             params:
                 **seed_params(_job, _run, f"results/logs/train/{{task}}/{_method}/seed{{seed}}.log"),
                 method=_method,
