@@ -1245,7 +1245,10 @@ def test_rtpo_train_engine_verl_dispatches_to_main_ppo(tmp_path, monkeypatch):
             "--task", "math", "--seed", "1", "--model", str(tmp_path / "model"), "--train-file",
             str(data / "train.jsonl"), "--out", str(out), "--set", "train.lr=0.0005"]
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    for k in launch.SNAKEMAKE_THREAD_VARS:  # as in a Snakemake job of threads 2 (tests/test_job_threads.py)
+        monkeypatch.setenv(k, "2")
     assert main(argv) == 0
+    assert not set(launch.SNAKEMAKE_THREAD_VARS) & set(seen["env"])  # Ray's workers get their own counts
     cmd = seen["cmd"]
     assert cmd[1:3] == ["-m", "verl.trainer.main_ppo"]
     assert "actor_rollout_ref.actor.optim.lr=0.0005" in cmd and "trainer.v1.trainer_mode=rtpo_engine_sync" in cmd

@@ -394,6 +394,32 @@ def verl_env(cpu: bool, base: dict[str, str] | None = None, logger: list[str] | 
     return env
 
 
+# The six thread-pool variables Snakemake sets, all to the rule's `threads`, in every job's shell
+# (snakemake/shell.py), overwriting any the user had.
+SNAKEMAKE_THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                         "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def without_job_threads(env: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """`env` without Snakemake's thread-pool variables, and the line saying so (None: there were none).
+
+    A training job is many processes: the FSDP ranks, vLLM's servers and TP workers, the agent-loop workers,
+    TransferQueue. Snakemake exports the job's `threads` (the whole job's, e.g. 8) to each of them through
+    the Ray cluster they inherit their environment from. Without the variables, Ray gives each worker
+    OMP_NUM_THREADS = the CPUs it was assigned (1 where it asks for none: ray/_private/utils.py,
+    set_omp_num_threads_if_unset), as torchrun gives each rank 1, and as verl runs when started by hand.
+    Measured on the rehearsal (2 cores, GRPO math, 2 steps; docs/rehearsal.md "What it found"): with
+    Snakemake's 2 the steps took 56 s, without them 29 s. Only the Snakemake signature is removed (all six
+    set, to one value); a variable a user sets by hand outside Snakemake is kept."""
+    vals = {env.get(k) for k in SNAKEMAKE_THREAD_VARS}
+    if len(vals) != 1 or None in vals:
+        return env, None
+    n = vals.pop()
+    env = {k: v for k, v in env.items() if k not in SNAKEMAKE_THREAD_VARS}
+    return env, (f"rtpo: Snakemake's thread variables (OMP_NUM_THREADS={n}, the job's threads) are not passed to "
+                 f"verl's processes: Ray gives each worker the CPUs it was assigned (1 by default)")
+
+
 def check_verl_version() -> None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -718,7 +744,9 @@ def train_verl(args: Any, cfg: dict[str, Any]) -> int:
     ov = verl_overrides(cfg, args.method, args.task, int(args.seed), out, args.model, train_pq, val_pq, cpu,
                         external_ray=in_slurm or None, run=read_record(out))
     cmd = command(ov)
-    env = verl_env(cpu, logger=tracking_backends(cfg))
+    env, note = without_job_threads(verl_env(cpu, logger=tracking_backends(cfg)))
+    if note:
+        print(note, flush=True)
     if in_slurm:
         # a Slurm job: slurm_ray.sh starts the Ray cluster on the allocation and main_ppo joins it -- on the
         # CPU harness too (the rehearsal, docs/rehearsal.md), with the harness's logical resources
