@@ -68,7 +68,8 @@ def register() -> None:
     makes the dispatch take vLLM's own fallback branch, ``torch.nn.functional.linear(x, weight,
     bias)`` with the parameter kept, so pushed weights are the ones used (tested:
     tests/vllm_cpu/). Cost: oneDNN's prepacked GEMM speed, irrelevant at test sizes. No effect on
-    other platforms (GPUs) or when ``RTPO_VLLM_CPU_PACKED=1``. Also `_no_busy_wait` (below).
+    other platforms (GPUs) or when ``RTPO_VLLM_CPU_PACKED=1``. Also `_no_busy_wait` and
+    `_unlinked_tp_segments` (below).
     """
     global _PATCHED
     if _PATCHED:
@@ -78,6 +79,7 @@ def register() -> None:
     if not current_platform.is_cpu():
         return
     _no_busy_wait()
+    _unlinked_tp_segments()
     _PATCHED = True
     if os.environ.get("RTPO_VLLM_CPU_PACKED") == "1":
         return
@@ -131,3 +133,35 @@ def _no_busy_wait() -> None:
 
     idle_reader_init._rtpo_cpu = True  # type: ignore[attr-defined]
     cond.__init__, cond.wait = idle_reader_init, bounded_wait
+
+
+def _unlinked_tp_segments() -> None:
+    """On vLLM's CPU platform, the shared-memory segments of tensor parallelism (one per TP rank, which
+    every rank of the group maps: vLLM's CPU all-reduce and all-gather) lose their names once every rank
+    has mapped them. The memory stays until the last process unmaps it, so the group computes as before.
+
+    vLLM names each segment ``/dev/shm/<port>-<group>-[<ranks>]-cpushm_<rank>``
+    (vllm/distributed/device_communicators/cpu_communicator.py, `_CPUSHMDistributed`; the port is the
+    distributed init method's, a free port picked at start-up) and removes it only when its worker exits
+    cleanly. A worker that Ray or Slurm kills leaves it: 4-8 MB of RAM in /dev/shm each, and a later
+    group whose port is the same fails to start ("create shm in SHMManager failed. errno: 17": a rehearsal
+    training job, 2026-12-07, whose retry then passed). After `_init_cpu_shm`'s last barrier every rank has
+    created its own segment and mapped every peer's, so the names are no longer needed: each rank
+    unlinks its own there. tests/vllm_cpu/test_shm_idle.py runs a real TP-2 group of vLLM's CPU ops."""
+    from vllm.distributed.device_communicators import cpu_communicator
+
+    shm = cpu_communicator._CPUSHMDistributed
+    if getattr(shm._init_cpu_shm, "_rtpo_cpu", False):
+        return
+    init = shm._init_cpu_shm
+
+    def init_then_unlink(self) -> int:
+        handle = init(self)  # created its segment, mapped every peer's, then a barrier of the group
+        try:
+            os.unlink(f"/dev/shm/{self.group_name}_{self.communicator.rank}")
+        except FileNotFoundError:
+            pass
+        return handle
+
+    init_then_unlink._rtpo_cpu = True  # type: ignore[attr-defined]
+    shm._init_cpu_shm = init_then_unlink
